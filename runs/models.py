@@ -1,0 +1,197 @@
+"""Runs and the side effects they propose.
+
+An Action carries its whole intent (tenant, principal, tool, target, desired_state,
+expected_version) and is the outbox row the dispatcher works from: the broker only wakes
+workers, the `state` column says what must be done.
+"""
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from .states import (
+    ActionState,
+    AttemptOutcome,
+    BlockReason,
+    FailureReason,
+    OPEN_FOR_HUMANS,
+    Resolution,
+    RunStatus,
+    Trigger,
+    Verdict,
+)
+
+
+def _choices_check(field: str, choices, name: str, nullable: bool = False):
+    condition = Q(**{f"{field}__in": choices.values})
+    if nullable:
+        condition |= Q(**{f"{field}__isnull": True})
+    return models.CheckConstraint(condition=condition, name=name)
+
+
+def input_upload_to(run, filename):
+    return f"runs/{run.tenant_id}/{uuid.uuid4().hex}/{filename}"
+
+
+class Run(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey("core.Tenant", on_delete=models.PROTECT, related_name="runs")
+    principal = models.ForeignKey("core.Principal", on_delete=models.PROTECT, related_name="runs")
+    trigger = models.CharField(max_length=16, choices=Trigger.choices)
+    config = models.JSONField(default=dict, blank=True)
+    input_file = models.FileField(upload_to=input_upload_to, max_length=500, blank=True)
+    input_name = models.CharField(max_length=255, blank=True)
+    input_size = models.BigIntegerField(null=True, blank=True)
+    input_sha256 = models.CharField(max_length=64, blank=True)
+    session_id = models.CharField(max_length=255)
+    status = models.CharField(max_length=16, choices=RunStatus.choices)
+    attempts = models.PositiveIntegerField(default=0)
+    error_message = models.TextField(blank=True)
+    replay_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="replays"
+    )
+    # What the runtime said at finish: a list of tool names, or null ("could not check").
+    tools_reported = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            _choices_check("status", RunStatus, "run_status_valid"),
+            _choices_check("trigger", Trigger, "run_trigger_valid"),
+        ]
+        indexes = [
+            models.Index(fields=["tenant", "-created_at"], name="run_recent"),
+            models.Index(
+                fields=["principal", "created_at"],
+                condition=Q(status="pending"),
+                name="run_pending_claim",
+            ),
+            models.Index(
+                fields=["heartbeat_at"], condition=Q(status="running"), name="run_running"
+            ),
+        ]
+
+
+class Action(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey("core.Tenant", on_delete=models.PROTECT, related_name="actions")
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="actions")
+    principal = models.ForeignKey(
+        "core.Principal", on_delete=models.PROTECT, related_name="actions"
+    )
+    tool = models.ForeignKey("core.Tool", on_delete=models.PROTECT, related_name="actions")
+    target = models.CharField(max_length=500)
+    desired_state = models.JSONField()
+    expected_version = models.BigIntegerField(null=True, blank=True)
+    idempotency_key = models.CharField(max_length=255)
+    fingerprint = models.CharField(max_length=64)
+    ledger_entry = models.OneToOneField(
+        "ledger.LedgerEntry", on_delete=models.PROTECT, related_name="+"
+    )
+    state = models.CharField(max_length=20, choices=ActionState.choices)
+    block_reason = models.CharField(max_length=32, choices=BlockReason.choices, blank=True)
+    failure_reason = models.CharField(max_length=32, choices=FailureReason.choices, blank=True)
+    resolution = models.CharField(max_length=32, choices=Resolution.choices, blank=True)
+    resolution_reason = models.TextField(blank=True)
+    # The approval_id the runtime presented (kept even when it named nothing we know).
+    approval_id = models.UUIDField(null=True, blank=True)
+    approval_request = models.OneToOneField(
+        "approvals.ApprovalRequest",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    # Outbox bookkeeping.
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    reconcile_failures = models.PositiveIntegerField(default=0)
+    next_reconcile_at = models.DateTimeField(null=True, blank=True)
+    # Console claim, so two on-call people do not work the same action.
+    claimed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="claimed_actions",
+    )
+    claimed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            _choices_check("state", ActionState, "action_state_valid"),
+            models.CheckConstraint(
+                condition=Q(state="blocked", block_reason__in=BlockReason.values)
+                | (~Q(state="blocked") & Q(block_reason="")),
+                name="action_blocked_has_reason",
+            ),
+            models.CheckConstraint(
+                condition=Q(state="dispatching", lease_expires_at__isnull=False)
+                | ~Q(state="dispatching"),
+                name="action_dispatching_has_lease",
+            ),
+            models.CheckConstraint(
+                condition=Q(failure_reason="") | Q(state="failed"),
+                name="action_failure_reason_only_when_failed",
+            ),
+        ]
+        indexes = [
+            # The open queue: what needs a person, oldest first (SPEC §8).
+            models.Index(
+                fields=["tenant", "created_at", "id"],
+                condition=Q(state__in=OPEN_FOR_HUMANS),
+                name="action_open_queue",
+            ),
+            # The outbox: what the sweeper must look at.
+            models.Index(
+                fields=["state", "enqueued_at"],
+                condition=Q(state__in=["queued", "dispatching", "unknown"]),
+                name="action_outbox",
+            ),
+            models.Index(fields=["run", "created_at"], name="action_by_run"),
+        ]
+
+    def __str__(self):
+        return f"{self.tool.name} → {self.target}"
+
+
+class Attempt(models.Model):
+    """One HTTP dispatch, committed when it starts and again when it ends."""
+
+    action = models.ForeignKey(Action, on_delete=models.PROTECT, related_name="attempts")
+    number = models.PositiveIntegerField()
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=20, choices=AttemptOutcome.choices, blank=True)
+    http_status = models.PositiveIntegerField(null=True, blank=True)
+    detail = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["number"]
+        constraints = [
+            models.UniqueConstraint(fields=["action", "number"], name="attempt_number_unique")
+        ]
+
+
+class Reconciliation(models.Model):
+    """One read of the authoritative state and what it proved."""
+
+    action = models.ForeignKey(Action, on_delete=models.PROTECT, related_name="reconciliations")
+    at = models.DateTimeField()
+    authoritative = models.JSONField(null=True, blank=True)
+    verdict = models.CharField(max_length=16, choices=Verdict.choices)
+    diff = models.JSONField(default=list)
+    expected_version = models.BigIntegerField(null=True, blank=True)
+    actual_version = models.BigIntegerField(null=True, blank=True)
+    detail = models.TextField(blank=True)
+    actor = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]

@@ -1,0 +1,111 @@
+"""The action lifecycle (SPEC §3), declared once. Every move goes through `check_move`.
+
+Nothing leads from dispatching, unknown or needs_human back to queued: past the dispatch
+boundary an action is never re-sent automatically (invariant 2). That property is checked
+below when the module is imported, so a careless edit of the table fails loudly.
+"""
+
+from django.db import models
+
+from core.errors import IllegalTransition
+
+
+class ActionState(models.TextChoices):
+    AWAITING_APPROVAL = "awaiting_approval"
+    QUEUED = "queued"
+    DISPATCHING = "dispatching"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+    NEEDS_HUMAN = "needs_human"
+    BLOCKED = "blocked"
+
+
+S = ActionState
+
+# state reached at proposal, by who decides it
+INITIAL = {S.AWAITING_APPROVAL, S.QUEUED, S.BLOCKED}
+
+TRANSITIONS: dict[str, set[str]] = {
+    S.AWAITING_APPROVAL: {S.QUEUED, S.BLOCKED},
+    S.QUEUED: {S.DISPATCHING, S.BLOCKED},
+    S.DISPATCHING: {S.SUCCEEDED, S.FAILED, S.UNKNOWN},
+    # A late, definitive answer may still settle an action the sweeper declared unknown.
+    S.UNKNOWN: {S.SUCCEEDED, S.FAILED, S.NEEDS_HUMAN},
+    S.NEEDS_HUMAN: {S.SUCCEEDED, S.FAILED},
+    S.SUCCEEDED: set(),
+    S.FAILED: set(),
+    S.BLOCKED: set(),
+}
+
+TERMINAL = {s for s, nxt in TRANSITIONS.items() if not nxt}
+PAST_BOUNDARY = {S.DISPATCHING, S.UNKNOWN, S.NEEDS_HUMAN}
+OPEN_FOR_HUMANS = [S.UNKNOWN, S.NEEDS_HUMAN, S.BLOCKED, S.AWAITING_APPROVAL]
+IN_PROGRESS = {S.QUEUED, S.DISPATCHING, S.UNKNOWN}  # what `?wait=` waits through
+
+
+def _check_table():
+    assert set(TRANSITIONS) == set(ActionState.values), "every state needs a row"
+    for source in PAST_BOUNDARY:
+        assert S.QUEUED not in TRANSITIONS[source], f"{source} must never go back to queued"
+
+
+_check_table()
+
+
+def check_move(source: str, target: str) -> None:
+    if target not in TRANSITIONS.get(source, ()):
+        raise IllegalTransition(f"An action cannot move from {source} to {target}.")
+
+
+class BlockReason(models.TextChoices):
+    APPROVAL_EXPIRED = "approval_expired"
+    APPROVAL_CONSUMED = "approval_consumed"
+    APPROVAL_MISMATCH = "approval_mismatch"
+    APPROVAL_DENIED = "approval_denied"
+    APPROVAL_REVOKED = "approval_revoked"
+    APPROVAL_NOT_FOUND = "approval_not_found"
+
+
+class FailureReason(models.TextChoices):
+    VERSION_CONFLICT = "version_conflict"
+    REJECTED = "rejected"
+    NOT_SENT = "not_sent"
+
+
+class Resolution(models.TextChoices):
+    APPLIED = "applied"
+    RECONCILED = "reconciled"
+    RESOLVED_BY_OPERATOR = "resolved_by_operator"
+
+
+class AttemptOutcome(models.TextChoices):
+    APPLIED = "applied"
+    VERSION_CONFLICT = "version_conflict"
+    REJECTED = "rejected"
+    NOT_SENT = "not_sent"
+    UNKNOWN = "unknown"
+
+
+class Verdict(models.TextChoices):
+    MATCH = "match"
+    MISMATCH = "mismatch"
+    MOVED_ON = "moved_on"
+    READ_FAILED = "read_failed"
+    MISSING = "missing"
+
+
+class RunStatus(models.TextChoices):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCESS = "success"
+    ERROR = "error"
+    CANCELLED = "cancelled"
+
+
+class Trigger(models.TextChoices):
+    WORKFLOW = "workflow"
+    SCHEDULE = "schedule"
+    CHAT = "chat"
+    WEBHOOK = "webhook"
+    API = "api"
