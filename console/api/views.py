@@ -1,0 +1,509 @@
+"""HTTP API v1 (SPEC §7). Thin: validate, find the object in the caller's scope, call a
+service, present the result. Another tenant's object is always a 404."""
+
+import json
+import re
+import time
+
+from django.conf import settings
+from django.db.models import Prefetch
+from django.http import Http404
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.decorators import api_view, parser_classes
+from rest_framework.parsers import JSONParser, MultiPartParser
+from rest_framework.response import Response
+
+from approvals import services as approvals
+from approvals.models import Approval, ApprovalRequest
+from core.api.pagination import keyset_page
+from core.api.permissions import require_operator, require_principal
+from core.api.problems import problem
+from core.errors import ValidationFailed
+from core.models import AuditEvent, Principal, Role, Tool
+from core.services import principal_create, tool_create
+from ledger.models import LedgerEntry
+from ledger.services import ledger_revoke
+from runs import dispatch, services
+from runs import presenters as present
+from runs.models import Action, Attempt, Reconciliation, Replay, Run
+from runs.states import IN_PROGRESS, OPEN_FOR_HUMANS
+
+from . import serializers as s
+
+# --- helpers ---------------------------------------------------------------------------
+
+IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
+SF_STRING = re.compile(r'^"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"$')
+
+
+def idempotency_key(request) -> str:
+    """The Idempotency-Key header, bare or as an RFC 8941 sf-string; returned bare."""
+    raw = request.headers.get("Idempotency-Key")
+    if raw is None:
+        raise IdempotencyKeyMissing()
+    raw = raw.strip()
+    if quoted := SF_STRING.match(raw):
+        raw = re.sub(r"\\([\"\\])", r"\1", quoted.group(1))
+    if not IDEMPOTENCY_KEY.match(raw):
+        raise ValidationFailed(
+            "The Idempotency-Key header is malformed.",
+            {"Idempotency-Key": ["1–255 visible ASCII characters, bare or as a quoted string."]},
+        )
+    return raw
+
+
+class IdempotencyKeyMissing(ValidationFailed):
+    slug = "idempotency-key-missing"
+    title = "Idempotency-Key missing"
+
+    def __init__(self):
+        super().__init__(
+            "A side-effecting request must carry an Idempotency-Key header derived from "
+            "stable intent.",
+            {"Idempotency-Key": ["This header is required."]},
+        )
+
+
+def valid(serializer_class, data):
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
+def body_object(request) -> dict:
+    data = request.data
+    if not isinstance(data, dict):
+        raise ValidationFailed("The body must be a JSON object.", {"body": ["Must be a JSON object."]})
+    return data
+
+
+ACTION_DETAIL = (
+    Action.objects.select_related("tenant", "principal", "tool", "claimed_by").prefetch_related(
+        Prefetch("attempts", queryset=Attempt.objects.order_by("number")),
+        Prefetch("reconciliations", queryset=Reconciliation.objects.order_by("at", "id")),
+    )
+)
+
+
+def scoped_actions(caller):
+    if caller.is_principal:
+        return ACTION_DETAIL.filter(principal=caller.principal)
+    return ACTION_DETAIL.filter(tenant=caller.tenant)
+
+
+def get_action_for(caller, pk) -> Action:
+    action = scoped_actions(caller).filter(pk=pk).first()
+    if action is None:
+        raise Http404
+    return action
+
+
+def get_run_for(caller, pk) -> Run:
+    runs = Run.objects.select_related("tenant", "principal")
+    runs = runs.filter(principal=caller.principal) if caller.is_principal else runs.filter(
+        tenant=caller.tenant
+    )
+    run = runs.filter(pk=pk).first()
+    if run is None:
+        raise Http404
+    return run
+
+
+def page(request, qs, present_one, *, newest_first=True, field="created_at"):
+    rows, next_cursor = keyset_page(
+        qs, request.query_params.get("cursor"), newest_first=newest_first, field=field
+    )
+    return Response({"results": [present_one(r) for r in rows], "next": next_cursor})
+
+
+def csv_param(request, name, allowed=None) -> list[str]:
+    values = [v for v in request.query_params.get(name, "").split(",") if v]
+    if allowed is not None and (bad := [v for v in values if v not in allowed]):
+        raise ValidationFailed(
+            f"Unknown {name}.", {name: [f"{', '.join(bad)} not in {', '.join(allowed)}."]}
+        )
+    return values
+
+
+# --- who am I ---------------------------------------------------------------------------
+
+
+@api_view(["GET"])
+def me(request):
+    caller = request.user
+    return Response(
+        {
+            "kind": caller.kind,
+            "name": caller.name,
+            "tenant": caller.tenant.slug,
+            "roles": caller.roles,
+        }
+    )
+
+
+# --- runs ------------------------------------------------------------------------------
+
+
+@extend_schema(request=s.RunStartIn, responses={201: dict})
+@api_view(["GET", "POST"])
+@parser_classes([JSONParser, MultiPartParser])
+def runs(request):
+    if request.method == "GET":
+        caller = request.user
+        qs = Run.objects.select_related("tenant", "principal")
+        qs = qs.filter(principal=caller.principal) if caller.is_principal else qs.filter(
+            tenant=caller.tenant
+        )
+        if statuses := csv_param(request, "status"):
+            qs = qs.filter(status__in=statuses)
+        return page(request, qs, lambda r: present.run_dict(r, with_actions=False))
+    principal = require_principal(request)
+    if request.content_type.startswith("multipart/"):
+        data = {k: request.data.get(k) for k in ("trigger", "session_id") if k in request.data}
+        if "config" in request.data:
+            try:
+                data["config"] = json.loads(request.data["config"])
+            except ValueError as exc:
+                raise ValidationFailed(
+                    "config is not JSON.", {"config": ["Must be a JSON object (as text)."]}
+                ) from exc
+        if "input_file" in request.FILES:
+            data["input_file"] = request.FILES["input_file"]
+    else:
+        data = body_object(request)
+    fields = valid(s.RunStartIn, data)
+    upload = fields.get("input_file")
+    if upload is not None and upload.size > settings.MAX_INPUT_FILE_BYTES:
+        return problem(
+            "payload-too-large", "Payload too large", 413,
+            f"input_file is larger than {settings.MAX_INPUT_FILE_BYTES} bytes.",
+        )
+    run = services.run_start(
+        principal=principal,
+        trigger=fields["trigger"],
+        config=fields["config"],
+        session_id=fields.get("session_id"),
+        input_file=upload,
+        actor=request.user.actor,
+    )
+    return Response(present.run_dict(run), status=201)
+
+
+@api_view(["GET"])
+def run_detail(request, pk):
+    return Response(present.run_dict(get_run_for(request.user, pk)))
+
+
+@api_view(["POST"])
+def run_heartbeat(request, pk):
+    require_principal(request)
+    run = services.run_heartbeat(get_run_for(request.user, pk), actor=request.user.actor)
+    return Response(present.run_dict(run, with_actions=False))
+
+
+@extend_schema(request=s.RunFinishIn)
+@api_view(["POST"])
+def run_finish(request, pk):
+    require_principal(request)
+    run = get_run_for(request.user, pk)
+    fields = valid(s.RunFinishIn, body_object(request))
+    run = services.run_finish(run, actor=request.user.actor, **fields)
+    return Response(present.run_dict(run))
+
+
+@api_view(["POST"])
+def run_claim(request):
+    principal = require_principal(request)
+    run = services.run_claim(principal=principal, actor=request.user.actor)
+    if run is None:
+        return Response(status=204)
+    return Response(present.run_dict(run))
+
+
+@extend_schema(request=s.ReplayIn, responses={201: dict})
+@api_view(["POST"])
+def run_replay(request, pk):
+    run = get_run_for(request.user, pk)
+    fields = valid(s.ReplayIn, body_object(request) if request.body else {})
+    caller = request.user
+    if fields["force"]:
+        require_operator(request, Role.ADMIN)
+        if not fields["reason"].strip():
+            raise ValidationFailed(
+                "A forced replay needs a reason.", {"reason": ["Required when force is true."]}
+            )
+    new_run = services.run_replay(
+        run, force=fields["force"], reason=fields["reason"].strip(), actor=caller.actor
+    )
+    return Response(present.run_dict(new_run), status=201)
+
+
+@api_view(["GET"])
+def replays(request):
+    caller = require_operator(request)
+    qs = Replay.objects.filter(tenant=caller.tenant)
+    return page(request, qs, services.replay_record, field="at")
+
+
+# --- actions ---------------------------------------------------------------------------
+
+
+@extend_schema(
+    request=s.ActionProposeIn,
+    parameters=[OpenApiParameter("Idempotency-Key", location="header", required=True)],
+    responses={201: dict, 200: dict},
+)
+@api_view(["POST"])
+def propose(request, pk):
+    principal = require_principal(request)
+    key = idempotency_key(request)
+    run = get_run_for(request.user, pk)
+    fields = valid(s.ActionProposeIn, body_object(request))
+    tool = Tool.objects.filter(tenant=principal.tenant, name=fields["tool"]).first()
+    if tool is None:
+        raise ValidationFailed(
+            "Unknown tool.", {"tool": [f"No tool named {fields['tool']!r} in this tenant."]}
+        )
+    action, created, changed = services.action_propose(
+        run=run,
+        tool=tool,
+        target=fields["target"],
+        desired_state=fields["desired_state"],
+        expected_version=fields["expected_version"],
+        idempotency_key=key,
+        approval_id=fields["approval_id"],
+        actor=request.user.actor,
+    )
+    action = ACTION_DETAIL.get(pk=action.pk)
+    return Response(
+        present.action_dict(action, replayed=not created, content_changed=changed),
+        status=201 if created else 200,
+    )
+
+
+@extend_schema(parameters=[OpenApiParameter("wait", int, description="seconds, ≤ 30")])
+@api_view(["GET"])
+def action_detail(request, pk):
+    action = get_action_for(request.user, pk)
+    wait = request.query_params.get("wait")
+    if wait is not None:
+        try:
+            seconds = float(wait)
+            if not 0 <= seconds <= settings.ACTION_WAIT_MAX_SECONDS:
+                raise ValueError
+        except ValueError as exc:
+            raise ValidationFailed(
+                "Bad wait.", {"wait": ["A number of seconds from 0 to 30."]}
+            ) from exc
+        deadline = time.monotonic() + seconds
+        while action.state in IN_PROGRESS and time.monotonic() < deadline:
+            time.sleep(min(0.1, max(deadline - time.monotonic(), 0)))
+            action = get_action_for(request.user, pk)
+    return Response(present.action_dict(action))
+
+
+@api_view(["POST"])
+def action_reconcile(request, pk):
+    require_operator(request, Role.ONCALL)
+    action = get_action_for(request.user, pk)
+    if action.state not in {"unknown", "needs_human"}:
+        raise services.StateConflict(
+            f"Only an unknown or needs_human action can be re-checked; this one is {action.state}."
+        )
+    dispatch.action_reconcile(action.pk, actor=request.user.actor, manual=True)
+    return Response(present.action_dict(get_action_for(request.user, pk)))
+
+
+@extend_schema(request=s.ResolveIn)
+@api_view(["POST"])
+def action_resolve(request, pk):
+    require_operator(request, Role.ONCALL)
+    action = get_action_for(request.user, pk)
+    fields = valid(s.ResolveIn, body_object(request))
+    if not fields["reason"].strip():
+        raise ValidationFailed("A reason is required.", {"reason": ["Say why."]})
+    services.action_resolve(
+        action, outcome=fields["outcome"], reason=fields["reason"].strip(), actor=request.user.actor
+    )
+    return Response(present.action_dict(get_action_for(request.user, pk)))
+
+
+@api_view(["GET"])
+def queue(request):
+    caller = require_operator(request)
+    states = csv_param(request, "state", OPEN_FOR_HUMANS) or OPEN_FOR_HUMANS
+    qs = ACTION_DETAIL.filter(tenant=caller.tenant, state__in=states)
+    if tools := csv_param(request, "tool"):
+        qs = qs.filter(tool__name__in=tools)
+    oldest = request.query_params.get("order") == "oldest"
+    return page(request, qs, present.action_dict, newest_first=not oldest)
+
+
+# --- approvals ---------------------------------------------------------------------------
+
+REQUESTS = ApprovalRequest.objects.select_related("tenant", "principal", "tool")
+APPROVALS = Approval.objects.select_related("tenant", "principal", "tool")
+
+
+@api_view(["GET"])
+def approval_requests(request):
+    caller = require_operator(request, Role.APPROVER)
+    qs = REQUESTS.filter(tenant=caller.tenant)
+    if states := csv_param(request, "state", ["pending", "granted", "denied", "expired"]):
+        qs = qs.filter(state__in=states)
+    return page(request, qs, present.approval_request_dict)
+
+
+def get_request_for(caller, pk) -> ApprovalRequest:
+    found = REQUESTS.filter(tenant=caller.tenant, pk=pk).first()
+    if found is None:
+        raise Http404
+    return found
+
+
+@extend_schema(request=s.GrantIn, responses={201: dict})
+@api_view(["POST"])
+def approval_request_grant(request, pk):
+    caller = require_operator(request, Role.APPROVER)
+    req = get_request_for(caller, pk)
+    fields = valid(s.GrantIn, body_object(request) if request.body else {})
+    approval = services.approval_request_grant(req, ttl_seconds=fields["ttl_seconds"], actor=caller.actor)
+    return Response(present.approval_dict(APPROVALS.get(pk=approval.pk)), status=201)
+
+
+@extend_schema(request=s.ReasonIn)
+@api_view(["POST"])
+def approval_request_deny(request, pk):
+    caller = require_operator(request, Role.APPROVER)
+    req = get_request_for(caller, pk)
+    fields = valid(s.ReasonIn, body_object(request))
+    if not fields["reason"].strip():
+        raise ValidationFailed("A reason is required.", {"reason": ["Say why."]})
+    services.approval_request_deny(req, reason=fields["reason"].strip(), actor=caller.actor)
+    return Response(present.approval_request_dict(REQUESTS.get(pk=req.pk)))
+
+
+@extend_schema(request=s.ApprovalIn, responses={201: dict})
+@api_view(["GET", "POST"])
+def approvals_collection(request):
+    caller = require_operator(request, Role.APPROVER)
+    if request.method == "GET":
+        return page(
+            request, APPROVALS.filter(tenant=caller.tenant), present.approval_dict,
+            field="granted_at",
+        )
+    fields = valid(s.ApprovalIn, body_object(request))
+    errors = {}
+    principal = Principal.objects.filter(tenant=caller.tenant, name=fields["principal"]).first()
+    tool = Tool.objects.filter(tenant=caller.tenant, name=fields["tool"]).first()
+    if principal is None:
+        errors["principal"] = [f"No principal named {fields['principal']!r} in this tenant."]
+    if tool is None:
+        errors["tool"] = [f"No tool named {fields['tool']!r} in this tenant."]
+    if errors:
+        raise ValidationFailed("Unknown names in the binding.", errors)
+    approval = approvals.approval_grant(
+        tenant=caller.tenant,
+        principal=principal,
+        tool=tool,
+        target=fields["target"],
+        desired_state=fields["desired_state"],
+        expected_version=fields["expected_version"],
+        ttl_seconds=fields["ttl_seconds"],
+        actor=caller.actor,
+    )
+    return Response(present.approval_dict(APPROVALS.get(pk=approval.pk)), status=201)
+
+
+def get_approval_for(caller, pk) -> Approval:
+    found = APPROVALS.filter(tenant=caller.tenant, pk=pk).first()
+    if found is None:
+        raise Http404
+    return found
+
+
+@api_view(["GET"])
+def approval_detail(request, pk):
+    caller = require_operator(request, Role.APPROVER)
+    return Response(present.approval_dict(get_approval_for(caller, pk)))
+
+
+@extend_schema(request=s.ReasonIn)
+@api_view(["POST"])
+def approval_revoke(request, pk):
+    caller = require_operator(request, Role.APPROVER)
+    approval = get_approval_for(caller, pk)
+    fields = valid(s.ReasonIn, body_object(request) if request.body else {"reason": "revoked"})
+    approvals.approval_revoke(approval, actor=caller.actor, reason=fields["reason"])
+    return Response(present.approval_dict(get_approval_for(caller, pk)))
+
+
+# --- ledger, audit, set-up -------------------------------------------------------------------
+
+
+@api_view(["GET"])
+def ledger(request):
+    caller = require_operator(request, Role.ADMIN)
+    qs = LedgerEntry.objects.select_related("tenant").filter(tenant=caller.tenant)
+    if key := request.query_params.get("key"):
+        qs = qs.filter(key=key)
+    if tool := request.query_params.get("tool"):
+        qs = qs.filter(tool=tool)
+    return page(request, qs, present.ledger_dict)
+
+
+@extend_schema(request=s.ReasonIn)
+@api_view(["POST"])
+def ledger_revoke_view(request, pk):
+    caller = require_operator(request, Role.ADMIN)
+    entry = LedgerEntry.objects.select_related("tenant").filter(tenant=caller.tenant, pk=pk).first()
+    if entry is None:
+        raise Http404
+    fields = valid(s.ReasonIn, body_object(request))
+    if not fields["reason"].strip():
+        raise ValidationFailed("A reason is required.", {"reason": ["Say why."]})
+    entry = ledger_revoke(entry, actor=caller.actor, reason=fields["reason"].strip())
+    return Response(present.ledger_dict(entry))
+
+
+def audit_queryset(caller, params):
+    qs = AuditEvent.objects.filter(tenant=caller.tenant)
+    if verb := params.get("verb"):
+        qs = qs.filter(verb__startswith=verb) if verb.endswith(".") else qs.filter(verb=verb)
+    if actor := params.get("actor"):
+        kind, _, name = actor.partition(":")
+        qs = qs.filter(actor_kind=kind, actor_name=name) if name else qs.filter(actor_name=actor)
+    if obj := params.get("object"):
+        qs = qs.filter(object_id=obj)
+    return qs
+
+
+@api_view(["GET"])
+def audit(request):
+    caller = require_operator(request, Role.ADMIN)
+    return page(request, audit_queryset(caller, request.query_params), present.audit_dict, field="at")
+
+
+@extend_schema(request=s.ToolIn, responses={201: dict})
+@api_view(["GET", "POST"])
+def tools(request):
+    if request.method == "GET":
+        caller = request.user
+        qs = Tool.objects.filter(tenant=caller.tenant)
+        return page(request, qs, present.tool_dict)
+    caller = require_operator(request, Role.ADMIN)
+    fields = valid(s.ToolIn, body_object(request))
+    tool = tool_create(tenant=caller.tenant, actor=caller.actor, **fields)
+    return Response(present.tool_dict(tool), status=201)
+
+
+@extend_schema(request=s.PrincipalIn, responses={201: dict})
+@api_view(["POST"])
+def principals(request):
+    caller = require_operator(request, Role.ADMIN)
+    fields = valid(s.PrincipalIn, body_object(request))
+    principal, token = principal_create(tenant=caller.tenant, name=fields["name"], actor=caller.actor)
+    return Response(
+        {"id": str(principal.pk), "name": principal.name, "tenant": caller.tenant.slug, "token": token},
+        status=201,
+    )

@@ -1,0 +1,191 @@
+"""Resource shapes of SPEC §7, as plain dicts. Fields may be added, never renamed."""
+
+from .services import GATEWAY_CALLED, tools_executed
+
+
+def _iso(value):
+    return value.isoformat() if value else None
+
+
+def attempt_dict(a) -> dict:
+    return {
+        "number": a.number,
+        "started_at": _iso(a.started_at),
+        "finished_at": _iso(a.finished_at),
+        "outcome": a.outcome or None,
+        "http_status": a.http_status,
+        "detail": a.detail,
+    }
+
+
+def reconciliation_dict(r) -> dict:
+    return {
+        "at": _iso(r.at),
+        "authoritative": r.authoritative,
+        "verdict": r.verdict,
+        "diff": r.diff,
+        "expected_version": r.expected_version,
+        "actual_version": r.actual_version,
+        "detail": r.detail,
+        "actor": r.actor,
+    }
+
+
+def action_dict(action, *, replayed=False, content_changed=False) -> dict:
+    """Expects tenant, principal, tool selected and attempts/reconciliations prefetched."""
+    return {
+        "id": str(action.pk),
+        "run": str(action.run_id),
+        "tenant": action.tenant.slug,
+        "principal": action.principal.name,
+        "tool": action.tool.name,
+        "target": action.target,
+        "desired_state": action.desired_state,
+        "expected_version": action.expected_version,
+        "idempotency_key": action.idempotency_key,
+        "state": action.state,
+        "block_reason": action.block_reason or None,
+        "failure_reason": action.failure_reason or None,
+        "resolution": action.resolution or None,
+        "resolution_reason": action.resolution_reason or None,
+        "approval_id": str(action.approval_id) if action.approval_id else None,
+        "approval_request_id": str(action.approval_request_id)
+        if action.approval_request_id
+        else None,
+        "replayed": replayed,
+        "content_changed": content_changed,
+        "attempts": [attempt_dict(a) for a in action.attempts.all()],
+        "reconciliations": [reconciliation_dict(r) for r in action.reconciliations.all()],
+        "claimed_by": action.claimed_by.get_username() if action.claimed_by_id else None,
+        "created_at": _iso(action.created_at),
+        "updated_at": _iso(action.updated_at),
+    }
+
+
+def action_summary(action) -> dict:
+    return {
+        "id": str(action.pk),
+        "tool": action.tool.name,
+        "target": action.target,
+        "idempotency_key": action.idempotency_key,
+        "state": action.state,
+        "block_reason": action.block_reason or None,
+        "failure_reason": action.failure_reason or None,
+        "resolution": action.resolution or None,
+        "created_at": _iso(action.created_at),
+    }
+
+
+def run_dict(run, *, with_actions=True) -> dict:
+    data = {
+        "id": str(run.pk),
+        "tenant": run.tenant.slug,
+        "principal": run.principal.name,
+        "trigger": run.trigger,
+        "config": run.config,
+        "input_file": {"name": run.input_name, "size": run.input_size, "sha256": run.input_sha256}
+        if run.input_file
+        else None,
+        "session_id": run.session_id,
+        "status": run.status,
+        "attempts": run.attempts,
+        "error_message": run.error_message,
+        "replay_of": str(run.replay_of_id) if run.replay_of_id else None,
+        "created_at": _iso(run.created_at),
+        "started_at": _iso(run.started_at),
+        "finished_at": _iso(run.finished_at),
+        "heartbeat_at": _iso(run.heartbeat_at),
+    }
+    if with_actions:
+        actions = list(run.actions.select_related("tool").order_by("created_at"))
+        gateway = {a.tool.name for a in actions if a.state in GATEWAY_CALLED}
+        data["tools_executed"] = tools_executed(run, gateway)
+        data["actions"] = [action_summary(a) for a in actions]
+    else:
+        data["tools_executed"] = tools_executed(run)
+    return data
+
+
+def who(value) -> dict | None:
+    return value or None
+
+
+def approval_dict(approval) -> dict:
+    return {
+        "id": str(approval.pk),
+        "state": approval.effective_state,
+        **approval.binding(),
+        "tenant": approval.tenant.slug,
+        "expires_at": _iso(approval.expires_at),
+        "granted_by": approval.granted_by,
+        "granted_at": _iso(approval.granted_at),
+        "consumed_by_action": str(approval.consumed_by_action)
+        if approval.consumed_by_action
+        else None,
+        "consumed_at": _iso(approval.consumed_at),
+        "request": str(approval.request_id) if approval.request_id else None,
+        "revoked_at": _iso(approval.revoked_at),
+        "revoke_reason": approval.revoke_reason or None,
+    }
+
+
+def approval_request_dict(request) -> dict:
+    return {
+        "id": str(request.pk),
+        "action": str(request.action_id),
+        "state": request.state,
+        **request.binding(),
+        "tenant": request.tenant.slug,
+        "created_at": _iso(request.created_at),
+        "expires_at": _iso(request.expires_at),
+        "decided_by": who(request.decided_by),
+        "decided_at": _iso(request.decided_at),
+        "reason": request.reason or None,
+    }
+
+
+def ledger_dict(entry) -> dict:
+    return {
+        "id": str(entry.pk),
+        "tenant": entry.tenant.slug,
+        "key": entry.key,
+        "generation": entry.generation,
+        "tool": entry.tool,
+        "action": str(entry.action_id) if entry.action_id else None,
+        "status": entry.status,
+        "fingerprint": entry.fingerprint,
+        "created_at": _iso(entry.created_at),
+        "updated_at": _iso(entry.updated_at),
+        "revoked": entry.revoked_at is not None,
+        "revoked_at": _iso(entry.revoked_at),
+        "revoked_reason": entry.revoked_reason or None,
+        "revoked_by": entry.revoked_by,
+    }
+
+
+def audit_dict(event) -> dict:
+    return {
+        "id": str(event.pk),
+        "at": _iso(event.at),
+        "actor": event.actor,
+        "verb": event.verb,
+        "object_type": event.object_type,
+        "object_id": event.object_id,
+        "before": event.before,
+        "after": event.after,
+        "reason": event.reason,
+        "request_id": event.request_id,
+    }
+
+
+def tool_dict(tool) -> dict:
+    return {
+        "id": str(tool.pk),
+        "name": tool.name,
+        "base_url": tool.base_url,
+        "effect": tool.effect,
+        "requires_approval": tool.requires_approval,
+        "identity_fields": tool.identity_fields,
+        "timeout_seconds": tool.timeout_seconds,
+        "created_at": _iso(tool.created_at),
+    }

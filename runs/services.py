@@ -1,0 +1,639 @@
+"""State changes of runs and actions: one function per change, each audited in its own
+transaction. Views, API views, tasks and commands call these; none changes state itself.
+
+The dispatch path (claim → HTTP → settle) and reconciliation live in `runs/dispatch.py`.
+"""
+
+import hashlib
+from dataclasses import dataclass
+import logging
+import uuid
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from approvals import services as approvals
+from approvals.models import Approval, ApprovalRequest, RequestState
+from core.audit import Actor, audit
+from core.canonical import canonical_json, fingerprint
+from core.errors import IdempotencyConflict, RunNotRunning, StateConflict
+from ledger.models import LedgerStatus
+from ledger.services import ledger_live_entry, ledger_reserve, ledger_set_status
+
+from .models import Action, Run
+from .states import ActionState as S
+from .states import BlockReason, Resolution, RunStatus, check_move
+
+logger = logging.getLogger(__name__)
+
+LEDGER_STATUS_FOR = {
+    S.AWAITING_APPROVAL: LedgerStatus.RESERVED,
+    S.QUEUED: LedgerStatus.RESERVED,
+    S.DISPATCHING: LedgerStatus.IN_FLIGHT,
+    S.SUCCEEDED: LedgerStatus.APPLIED,
+    S.FAILED: LedgerStatus.FAILED,
+    S.UNKNOWN: LedgerStatus.UNKNOWN,
+    S.NEEDS_HUMAN: LedgerStatus.UNKNOWN,
+    S.BLOCKED: LedgerStatus.VOID,
+}
+
+
+def enqueue_dispatch(action_id) -> None:
+    """Wake a worker once the surrounding transaction commits (never inside it)."""
+    from .tasks import dispatch_action
+
+    transaction.on_commit(lambda: dispatch_action.delay(str(action_id)))
+
+
+def enqueue_reconcile(action_id) -> None:
+    from .tasks import reconcile_action
+
+    transaction.on_commit(lambda: reconcile_action.delay(str(action_id)))
+
+
+def action_move(action: Action, to: str, *, actor: Actor, reason: str = "", **fields) -> bool:
+    """Move `action` from the state it was read in to `to`, if nobody moved it first.
+
+    A conditional UPDATE checked by row count: the loser of a race gets False and changes
+    nothing. Writes the audit event and mirrors the ledger in the same transaction.
+    """
+    source = action.state
+    check_move(source, to)
+    now = timezone.now()
+    updated = Action.objects.filter(pk=action.pk, state=source).update(
+        state=to, updated_at=now, **fields
+    )
+    if updated != 1:
+        return False
+    action.state = to
+    action.updated_at = now
+    for name, value in fields.items():
+        setattr(action, name, value)
+    after = {"state": to}
+    for name in ("block_reason", "failure_reason", "resolution"):
+        if fields.get(name):
+            after[name] = fields[name]
+    audit(
+        actor=actor,
+        verb=f"action.{to}",
+        obj=action,
+        before={"state": source},
+        after=after,
+        reason=reason,
+    )
+    ledger_set_status(action.ledger_entry_id, LEDGER_STATUS_FOR[to])
+    return True
+
+
+# --- runs -----------------------------------------------------------------------------
+
+
+def run_start(
+    *, principal, trigger: str, config: dict, session_id: str | None = None, input_file=None,
+    actor: Actor,
+) -> Run:
+    """Record a run as it starts, copying its input file into our storage."""
+    now = timezone.now()
+    run = Run(
+        tenant=principal.tenant,
+        principal=principal,
+        trigger=trigger,
+        config=config,
+        session_id=session_id or uuid.uuid4().hex,
+        status=RunStatus.RUNNING,
+        attempts=1,
+        started_at=now,
+        heartbeat_at=now,
+    )
+    with transaction.atomic():
+        if input_file is not None:
+            _store_input(run, input_file)
+        run.save()
+        audit(
+            actor=actor,
+            verb="run.start",
+            obj=run,
+            after={"status": run.status, "trigger": trigger, "input_sha256": run.input_sha256},
+        )
+    return run
+
+
+def _store_input(run: Run, upload) -> None:
+    digest = hashlib.sha256()
+    size = 0
+    for chunk in upload.chunks():
+        digest.update(chunk)
+        size += len(chunk)
+    upload.seek(0)
+    run.input_name = upload.name[:255]
+    run.input_size = size
+    run.input_sha256 = digest.hexdigest()
+    # A copy, not a pointer: the bytes are written into our own storage now.
+    run.input_file.save(upload.name, upload, save=False)
+
+
+def _lock_running_run(run_id, principal) -> Run:
+    run = Run.objects.select_for_update(no_key=True).get(pk=run_id, principal=principal)
+    if run.status != RunStatus.RUNNING:
+        raise RunNotRunning(f"This run is {run.status}, not running.")
+    return run
+
+
+def run_heartbeat(run: Run, *, actor: Actor) -> Run:
+    now = timezone.now()
+    updated = Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(heartbeat_at=now)
+    run.refresh_from_db()
+    if updated != 1:
+        raise RunNotRunning(f"This run is {run.status}, not running.")
+    return run
+
+
+def run_finish(
+    run: Run, *, status: str, error_message: str = "", tools_called, actor: Actor
+) -> Run:
+    """The runtime's own account of how the run ended and which tools it called.
+
+    `tools_called` is a list, or None when the runtime could not check its own session.
+    """
+    if status not in {RunStatus.SUCCESS, RunStatus.ERROR, RunStatus.CANCELLED}:
+        raise StateConflict(f"A run cannot finish as {status}.")
+    with transaction.atomic():
+        run = _lock_running_run(run.pk, run.principal)
+        before = run.status
+        run.status = status
+        run.error_message = error_message
+        run.tools_reported = sorted(set(tools_called)) if tools_called is not None else None
+        run.finished_at = run.heartbeat_at = timezone.now()
+        run.save(
+            update_fields=["status", "error_message", "tools_reported", "finished_at", "heartbeat_at"]
+        )
+        audit(
+            actor=actor,
+            verb=f"run.{status}",
+            obj=run,
+            before={"status": before},
+            after={"status": status, "tools_called": run.tools_reported},
+            reason=error_message,
+        )
+    return run
+
+
+GATEWAY_CALLED = [S.DISPATCHING, S.SUCCEEDED, S.FAILED, S.UNKNOWN, S.NEEDS_HUMAN]
+
+
+def tools_executed(run: Run, gateway: set[str] | None = None) -> list[str] | None:
+    """SPEC §5's tri-state: the gateway's record ∪ the runtime's report; null stays null.
+
+    `gateway` may be passed in by callers that already loaded the run's actions.
+    """
+    if gateway is None:
+        gateway = set(
+            run.actions.filter(state__in=GATEWAY_CALLED).values_list("tool__name", flat=True)
+        )
+    if run.tools_reported is None:
+        return sorted(gateway) if gateway else None
+    return sorted(gateway | set(run.tools_reported))
+
+
+# --- actions ---------------------------------------------------------------------------
+
+
+def intent_fingerprint(*, principal, tool, target, desired_state, expected_version) -> str:
+    fields = tool.identity_fields or sorted(desired_state)
+    identity = {k: desired_state[k] for k in fields if k in desired_state}
+    return fingerprint(
+        {
+            "principal": principal.name,
+            "tool": tool.name,
+            "target": target,
+            "identity": identity,
+            "expected_version": expected_version,
+        }
+    )
+
+
+def action_propose(
+    *,
+    run: Run,
+    tool,
+    target: str,
+    desired_state: dict,
+    expected_version: int | None,
+    idempotency_key: str,
+    approval_id=None,
+    actor: Actor,
+) -> tuple[Action, bool, bool]:
+    """Record a proposed side effect under its idempotency key.
+
+    Returns (action, created, content_changed). A ledger hit with the same intent returns
+    the existing action and dispatches nothing; a different intent raises
+    IdempotencyConflict and creates nothing.
+    """
+    principal = run.principal
+    tenant = run.tenant
+    intent = {
+        "principal": principal,
+        "tool": tool,
+        "target": target,
+        "desired_state": desired_state,
+        "expected_version": expected_version,
+    }
+    print_ = intent_fingerprint(**intent)
+    with transaction.atomic():
+        run = Run.objects.get(pk=run.pk)
+        if run.status != RunStatus.RUNNING:
+            raise RunNotRunning(f"This run is {run.status}; only a running run may propose.")
+        entry = ledger_live_entry(tenant, idempotency_key)
+        action_id = uuid.uuid4()
+        if entry is None:
+            entry = ledger_reserve(
+                tenant=tenant,
+                key=idempotency_key,
+                fingerprint=print_,
+                tool=tool.name,
+                action_id=action_id,
+                actor=actor,
+            )
+            if entry is None:  # lost the race for a new key: the winner's entry is live now
+                entry = ledger_live_entry(tenant, idempotency_key)
+            else:
+                return _create_action(
+                    action_id, run=run, entry=entry, approval_id=approval_id, actor=actor, **intent
+                ), True, False
+        if entry.fingerprint != print_:
+            raise IdempotencyConflict(
+                "This Idempotency-Key was already used for a different intent "
+                "(principal, tool, target, identity fields or expected_version differ). "
+                "Nothing was created or dispatched."
+            )
+        existing = Action.objects.select_related("tool", "principal").get(pk=entry.action_id)
+        changed = canonical_json(existing.desired_state) != canonical_json(desired_state)
+        return existing, False, changed
+
+
+def _create_action(
+    action_id, *, run, entry, principal, tool, target, desired_state, expected_version,
+    approval_id, actor,
+) -> Action:
+    binding = {
+        "principal": principal,
+        "tool": tool,
+        "target": target,
+        "desired_state": desired_state,
+        "expected_version": expected_version,
+    }
+    now = timezone.now()
+    state, block_reason = S.QUEUED, ""
+    if approval_id is not None:
+        approval = Approval.objects.filter(pk=approval_id, tenant=run.tenant).first()
+        if problem := approvals.approval_problem(approval, **binding):
+            state, block_reason = S.BLOCKED, problem
+    elif tool.requires_approval:
+        state = S.AWAITING_APPROVAL
+    action = Action.objects.create(
+        id=action_id,
+        tenant=run.tenant,
+        run=run,
+        idempotency_key=entry.key,
+        fingerprint=entry.fingerprint,
+        ledger_entry=entry,
+        state=state,
+        block_reason=block_reason,
+        approval_id=approval_id,
+        enqueued_at=now if state == S.QUEUED else None,
+        **binding,
+    )
+    if state == S.AWAITING_APPROVAL:
+        request = approvals.approval_request_open(
+            tenant=run.tenant, action_id=action.id, actor=actor, **binding
+        )
+        action.approval_request = request
+        action.save(update_fields=["approval_request"])
+    audit(
+        actor=actor,
+        verb="action.propose",
+        obj=action,
+        after={
+            "state": state,
+            "block_reason": block_reason or None,
+            "idempotency_key": entry.key,
+            "approval_id": str(approval_id) if approval_id else None,
+        },
+    )
+    if state == S.BLOCKED:
+        ledger_set_status(entry.pk, LedgerStatus.VOID)
+    if state == S.QUEUED:
+        enqueue_dispatch(action.id)
+    return action
+
+
+def approval_request_grant(request: ApprovalRequest, *, ttl_seconds: float, actor: Actor):
+    """Grant a pending request: a one-shot approval for its exact binding, and the waiting
+    action moves to the queue holding it (consumed later, at claim)."""
+    with transaction.atomic():
+        request = approvals.approval_request_lock_pending(request.pk)
+        action = Action.objects.select_for_update(no_key=True).get(pk=request.action_id)
+        if action.state != S.AWAITING_APPROVAL:
+            raise StateConflict(f"The action is no longer waiting for approval; it is {action.state}.")
+        approvals.approval_request_close(request, state=RequestState.GRANTED, actor=actor)
+        approval = approvals.approval_grant(
+            tenant=request.tenant,
+            principal=request.principal,
+            tool=request.tool,
+            target=request.target,
+            desired_state=request.desired_state,
+            expected_version=request.expected_version,
+            ttl_seconds=ttl_seconds,
+            actor=actor,
+            request=request,
+        )
+        action_move(
+            action, S.QUEUED, actor=actor, approval_id=approval.pk, enqueued_at=timezone.now()
+        )
+        enqueue_dispatch(action.pk)
+    return approval
+
+
+def approval_request_deny(request: ApprovalRequest, *, reason: str, actor: Actor) -> ApprovalRequest:
+    with transaction.atomic():
+        request = approvals.approval_request_lock_pending(request.pk)
+        action = Action.objects.select_for_update(no_key=True).get(pk=request.action_id)
+        approvals.approval_request_close(request, state=RequestState.DENIED, actor=actor, reason=reason)
+        if action.state == S.AWAITING_APPROVAL:
+            action_move(
+                action, S.BLOCKED, actor=actor, reason=reason, block_reason=BlockReason.APPROVAL_DENIED
+            )
+    return request
+
+
+def approval_requests_expire(*, actor: Actor, limit: int = 200) -> int:
+    """Expire pending requests past their TTL; their actions are blocked, never sent."""
+    due = ApprovalRequest.objects.filter(
+        state=RequestState.PENDING, expires_at__lte=timezone.now()
+    ).values_list("pk", flat=True)[:limit]
+    count = 0
+    for request_id in due:
+        with transaction.atomic():
+            request = ApprovalRequest.objects.select_for_update(no_key=True, skip_locked=True).filter(
+                pk=request_id, state=RequestState.PENDING
+            ).first()
+            if request is None:
+                continue
+            approvals.approval_request_close(request, state=RequestState.EXPIRED, actor=actor)
+            action = Action.objects.select_for_update(no_key=True).get(pk=request.action_id)
+            if action.state == S.AWAITING_APPROVAL:
+                action_move(
+                    action, S.BLOCKED, actor=actor, block_reason=BlockReason.APPROVAL_EXPIRED,
+                    reason="No decision before the approval request expired.",
+                )
+            count += 1
+    return count
+
+
+def action_resolve(action: Action, *, outcome: str, reason: str, actor: Actor) -> Action:
+    """An on-call person settles an outcome Takeover could not prove."""
+    if outcome not in {S.SUCCEEDED, S.FAILED}:
+        raise StateConflict("outcome must be succeeded or failed.")
+    with transaction.atomic():
+        action = Action.objects.select_for_update(no_key=True).get(pk=action.pk)
+        if action.state not in {S.UNKNOWN, S.NEEDS_HUMAN}:
+            raise StateConflict(
+                f"Only an unknown or needs_human action can be resolved; this one is {action.state}."
+            )
+        action_move(
+            action,
+            outcome,
+            actor=actor,
+            reason=reason,
+            resolution=Resolution.RESOLVED_BY_OPERATOR,
+            resolution_reason=reason,
+            next_reconcile_at=None,
+        )
+    return action
+
+
+def action_claim_for_operator(action: Action, *, user, actor: Actor) -> tuple[Action, bool]:
+    """Take an open action so that a second on-call sees who has it. Returns (action, won)."""
+    with transaction.atomic():
+        now = timezone.now()
+        won = (
+            Action.objects.filter(pk=action.pk, claimed_by__isnull=True).update(
+                claimed_by=user, claimed_at=now
+            )
+            == 1
+        )
+        action = Action.objects.select_related("claimed_by").get(pk=action.pk)
+        if won:
+            audit(actor=actor, verb="action.claim", obj=action, after={"claimed_by": user.get_username()})
+    return action, won or action.claimed_by_id == user.pk
+
+
+def action_release_claim(action: Action, *, user, actor: Actor) -> Action:
+    with transaction.atomic():
+        if Action.objects.filter(pk=action.pk, claimed_by=user).update(claimed_by=None, claimed_at=None):
+            audit(actor=actor, verb="action.release", obj=action, before={"claimed_by": user.get_username()})
+    return Action.objects.get(pk=action.pk)
+
+
+def lease_for(tool) -> timedelta:
+    """Worst case for one dispatch: every attempt times out, plus retry delays, plus grace."""
+    attempts = settings.SAFE_RETRY_LIMIT + 1
+    seconds = (
+        tool.timeout_seconds * attempts
+        + settings.SAFE_RETRY_DELAY_SECONDS * settings.SAFE_RETRY_LIMIT
+        + settings.DISPATCH_LEASE_GRACE_SECONDS
+    )
+    return timedelta(seconds=seconds)
+
+
+# --- claiming, reaping and replaying runs ------------------------------------------------
+
+
+def run_claim(*, principal, actor: Actor) -> Run | None:
+    """Atomically take the oldest pending run (a replay) of this principal, or None.
+
+    SKIP LOCKED lets several runtimes claim at once without waiting on each other; the
+    status condition in the UPDATE makes a double claim impossible even without it.
+    """
+    with transaction.atomic():
+        run = (
+            Run.objects.select_for_update(skip_locked=True)
+            .filter(principal=principal, status=RunStatus.PENDING)
+            .order_by("created_at", "pk")
+            .first()
+        )
+        if run is None:
+            return None
+        now = timezone.now()
+        Run.objects.filter(pk=run.pk, status=RunStatus.PENDING).update(
+            status=RunStatus.RUNNING, started_at=now, heartbeat_at=now, attempts=run.attempts + 1
+        )
+        run.refresh_from_db()
+        audit(
+            actor=actor,
+            verb="run.claim",
+            obj=run,
+            before={"status": RunStatus.PENDING},
+            after={"status": RunStatus.RUNNING, "attempts": run.attempts},
+        )
+    return run
+
+
+def stale_message() -> str:
+    hours = settings.RUN_STALE_AFTER / 3600
+    return f"No completion record within {hours:g} hours; actual outcome unknown."
+
+
+def runs_reap_stale(*, actor: Actor, limit: int = 500) -> int:
+    """running with no heartbeat or finish for RUN_STALE_AFTER → error.
+
+    The UPDATE is conditional on status = running (and the heartbeat still old), so any
+    number of reapers may run at once: each run is reaped, and audited, exactly once.
+    """
+    now = timezone.now()
+    cutoff = now - timedelta(seconds=settings.RUN_STALE_AFTER)
+    ids = list(
+        Run.objects.filter(status=RunStatus.RUNNING, heartbeat_at__lt=cutoff).values_list(
+            "pk", flat=True
+        )[:limit]
+    )
+    reaped = 0
+    message = stale_message()
+    for run_id in ids:
+        with transaction.atomic():
+            updated = Run.objects.filter(
+                pk=run_id, status=RunStatus.RUNNING, heartbeat_at__lt=cutoff
+            ).update(status=RunStatus.ERROR, error_message=message, finished_at=now)
+            if updated == 1:
+                run = Run.objects.get(pk=run_id)
+                audit(
+                    actor=actor,
+                    verb="run.error",
+                    obj=run,
+                    before={"status": RunStatus.RUNNING},
+                    after={"status": RunStatus.ERROR},
+                    reason=message,
+                )
+                reaped += 1
+    return reaped
+
+
+@dataclass
+class ReplayVerdict:
+    allowed: bool  # without force
+    forceable: bool  # with force (admin, reason)
+    gone: bool  # input file no longer stored: 410 whatever force says
+    message: str
+    tools_at_risk: list[str] | None
+
+
+def replay_verdict(run: Run, executed=...) -> ReplayVerdict:
+    """SPEC §5's table, in one place: the API answers with it and the console shows it
+    before anyone clicks."""
+    executed = tools_executed(run) if executed is ... else executed
+    if run.input_file and not run.input_file.storage.exists(run.input_file.name):
+        return ReplayVerdict(
+            False, False, True,
+            "The input file of this run is no longer stored; it cannot be replayed.", executed,
+        )
+    if run.status in {RunStatus.PENDING, RunStatus.RUNNING}:
+        return ReplayVerdict(
+            False, False, False, "This run has not settled yet; wait until it finishes.", executed
+        )
+    if run.status == RunStatus.SUCCESS:
+        return ReplayVerdict(
+            False, True, False,
+            "This run already succeeded; its side effects happened. Replay refused.", executed,
+        )
+    if executed == []:
+        return ReplayVerdict(
+            True, True, False, "No tool was called before this run ended: safe to replay.", []
+        )
+    if executed is None:
+        return ReplayVerdict(
+            False, True, False,
+            "Whether this run called any tool before failing could not be established; a "
+            "replay may repeat side effects. An admin can force it with a reason.",
+            None,
+        )
+    return ReplayVerdict(
+        False, True, False,
+        f"Before failing, this run called {', '.join(executed)}. A replay may repeat them. "
+        "An admin can force it with a reason.",
+        executed,
+    )
+
+
+def run_replay(run: Run, *, force: bool, reason: str, actor: Actor) -> Run:
+    """Create a new pending run with the same input; history is never rewritten.
+
+    The caller checks that only an admin forces and that a force has a reason.
+    """
+    from core.errors import InputGone, ReplayRefused
+
+    from .models import Replay
+
+    with transaction.atomic():
+        run = Run.objects.select_for_update(no_key=True).get(pk=run.pk)
+        verdict = replay_verdict(run)
+        if verdict.gone:
+            raise InputGone(verdict.message)
+        if not verdict.allowed and not (force and verdict.forceable):
+            raise ReplayRefused(verdict.message, tools_at_risk=verdict.tools_at_risk)
+        now = timezone.now()
+        new_run = Run.objects.create(
+            tenant=run.tenant,
+            principal=run.principal,
+            trigger=run.trigger,
+            config=run.config,
+            input_file=run.input_file.name,
+            input_name=run.input_name,
+            input_size=run.input_size,
+            input_sha256=run.input_sha256,
+            session_id=uuid.uuid4().hex,
+            status=RunStatus.PENDING,
+            replay_of=run,
+        )
+        Replay.objects.create(
+            tenant=run.tenant,
+            original_run=run,
+            new_run=new_run,
+            actor=actor.as_dict(),
+            forced=force,
+            reason=reason,
+            tools_at_risk=verdict.tools_at_risk,
+            at=now,
+        )
+        audit(
+            actor=actor,
+            verb="run.replay",
+            obj=new_run,
+            after={"status": RunStatus.PENDING, "replay_of": str(run.pk), "forced": force},
+            reason=reason,
+        )
+        if force:
+            audit(
+                actor=actor,
+                verb="force_replay",
+                obj=run,
+                after={"new_run": str(new_run.pk), "tools_at_risk": verdict.tools_at_risk},
+                reason=reason,
+            )
+    return new_run
+
+
+def replay_record(run_or_record) -> dict:
+    """The replay history row for GET /replays."""
+    record = getattr(run_or_record, "replay_record", run_or_record)
+    return {
+        "id": str(record.pk),
+        "original_run": str(record.original_run_id),
+        "new_run": str(record.new_run_id),
+        "actor": record.actor,
+        "forced": record.forced,
+        "reason": record.reason,
+        "tools_at_risk": record.tools_at_risk,
+        "at": record.at.isoformat(),
+    }
