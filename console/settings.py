@@ -106,6 +106,10 @@ else:
     _database_url = ensure_running(VAR_DIR)
 
 DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=60)}
+# dj-database-url leaves a Unix-socket `?host=` in OPTIONS; HOST is where Django (and anyone
+# rebuilding the URL, like the test workers) looks for it.
+if _socket_host := DATABASES["default"].get("OPTIONS", {}).pop("host", None):
+    DATABASES["default"]["HOST"] = _socket_host
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DATABASES["default"].setdefault("OPTIONS", {})
 # A statement stuck behind a lock is a bug we want to see, not a hung worker.

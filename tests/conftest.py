@@ -1,0 +1,291 @@
+"""Shared fixtures: real PostgreSQL, a real demo downstream over HTTP, real Celery workers,
+and one set of personas per test in a fresh tenant.
+
+Database access: tests that talk to workers or to the downstream use `live_db`: committed
+data in the session's test database, no per-test flush (the audit table refuses TRUNCATE by
+design). Isolation comes from a fresh tenant (and fresh targets) per test instead.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+import httpx
+import pytest
+from django.db import connection
+from rest_framework.test import APIClient
+
+from core.audit import Actor
+from core.models import Role
+from core.services import operator_create, principal_create, tenant_create, tool_create
+
+ROOT = Path(__file__).resolve().parent.parent
+SETUP = Actor("system", "tests")
+
+
+# --- database ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def live_db(django_db_setup, django_db_blocker):
+    """Autocommit access to the test database, visible to worker processes."""
+    with django_db_blocker.unblock():
+        yield
+
+
+def database_url() -> str:
+    """The test database's URL, for worker processes."""
+    s = connection.settings_dict
+    host = s.get("HOST") or ""
+    auth = quote(s.get("USER") or "")
+    if s.get("PASSWORD"):
+        auth += ":" + quote(s["PASSWORD"])
+    if host.startswith("/"):
+        return f"postgresql://{auth}@/{s['NAME']}?host={quote(host)}" + (
+            f"&port={s['PORT']}" if s.get("PORT") else ""
+        )
+    port = f":{s['PORT']}" if s.get("PORT") else ""
+    return f"postgresql://{auth}@{host}{port}/{s['NAME']}"
+
+
+# --- the demo downstream ---------------------------------------------------------------
+
+
+class Downstream:
+    def __init__(self, process, url):
+        self.process = process
+        self.url = url
+
+    def base(self, prefix="tickets") -> str:
+        return f"{self.url}/{prefix}"
+
+    def control(self, method, path, body=None):
+        response = httpx.request(method, f"{self.url}/_control/{path}", json=body, timeout=10)
+        response.raise_for_status()
+        return response.json()
+
+    def fault(self, mode, **rule):
+        return self.control("POST", "faults", {"mode": mode, **rule})
+
+    def stats(self) -> dict:
+        return self.control("GET", "stats")
+
+    def mutations(self, target, prefix="tickets") -> int:
+        return self.stats()["mutations"].get(prefix, {}).get(target, 0)
+
+    def received(self, key) -> int:
+        return self.stats()["effects_received"].get(key, 0)
+
+    def seed(self, target, state, version=1, prefix="tickets"):
+        return self.control(
+            "POST", "seed", {"prefix": prefix, "target": target, "state": state, "version": version}
+        )
+
+    def external_write(self, target, state, prefix="tickets"):
+        return self.control(
+            "POST", "external-write", {"prefix": prefix, "target": target, "state": state}
+        )
+
+    def read(self, target, prefix="tickets"):
+        return httpx.get(f"{self.url}/{prefix}/state/{quote(target, safe='')}", timeout=5)
+
+
+def start_downstream() -> Downstream:
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "console/demo/downstream.py"), "--port", "0", "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    line = process.stdout.readline()
+    if "listening on" not in line:
+        process.kill()
+        raise RuntimeError(f"demo downstream did not start: {line!r}")
+    return Downstream(process, line.strip().rsplit(" ", 1)[-1])
+
+
+@pytest.fixture(scope="session")
+def downstream():
+    ds = start_downstream()
+    yield ds
+    ds.process.terminate()
+    ds.process.wait(10)
+
+
+# --- Celery workers ------------------------------------------------------------------------
+
+
+class Worker:
+    def __init__(self, process, log_path):
+        self.process = process
+        self.log_path = log_path
+
+    def kill(self):
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
+
+    def stop(self):
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log(self) -> str:
+        return Path(self.log_path).read_text(errors="replace")
+
+
+def start_worker(tmp_path_factory, *, beat=True, env=None) -> Worker:
+    """A real `celery worker` process on the test database and the test broker."""
+    log_dir = tmp_path_factory.mktemp("worker")
+    log_path = log_dir / "worker.log"
+    cmd = [
+        sys.executable, "-m", "celery", "-A", "console", "worker",
+        "-P", "threads", "-c", "8", "--loglevel", "INFO",
+        "--without-gossip", "--without-mingle", "--without-heartbeat",
+        "-n", f"test-{uuid.uuid4().hex[:8]}@%h",
+    ]
+    if beat:
+        cmd += ["-B", "-s", str(log_dir / "beat-schedule")]
+    process = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "DATABASE_URL": database_url(),
+            "DJANGO_SETTINGS_MODULE": "tests.settings",
+            **(env or {}),
+        },
+        stdout=open(log_path, "w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    worker = Worker(process, log_path)
+    deadline = time.monotonic() + 60
+    while "ready." not in worker.log():
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("Celery worker did not start:\n" + worker.log()[-3000:])
+        time.sleep(0.2)
+    return worker
+
+
+@pytest.fixture(scope="session")
+def worker(django_db_setup, django_db_blocker, tmp_path_factory):
+    with django_db_blocker.unblock():
+        w = start_worker(tmp_path_factory)
+    yield w
+    w.stop()
+
+
+# --- personas ------------------------------------------------------------------------------
+
+
+@dataclass
+class Persona:
+    username: str
+    token: str
+
+    def client(self, tenant=None) -> APIClient:
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {self.token}")
+        if tenant:
+            client.defaults["HTTP_X_TAKEOVER_TENANT"] = tenant
+        return client
+
+
+@dataclass
+class World:
+    """Tenant A with an agent, an approver, an on-call and an admin; tenant B's outsider."""
+
+    tenant: object
+    other_tenant: object
+    principal: object
+    agent: Persona
+    approver: Persona
+    oncall: Persona
+    admin: Persona
+    outsider: Persona
+    other_agent: Persona
+    downstream: Downstream | None = None
+
+    def tool(self, name="update_ticket", prefix="tickets", **options):
+        options.setdefault("timeout_seconds", 2)
+        return tool_create(
+            tenant=self.tenant,
+            name=name,
+            base_url=self.downstream.base(prefix) if self.downstream else "http://127.0.0.1:9",
+            actor=SETUP,
+            **options,
+        )
+
+    def start_run(self, client=None, **body):
+        client = client or self.agent.client()
+        response = client.post("/api/v1/runs", {"trigger": "api", **body}, format="json")
+        assert response.status_code == 201, response.content
+        return response.json()
+
+    def propose(self, run_id, key, client=None, **body):
+        client = client or self.agent.client()
+        return client.post(
+            f"/api/v1/runs/{run_id}/actions", body, format="json", HTTP_IDEMPOTENCY_KEY=key
+        )
+
+    def wait_action(self, action_id, client=None, until=None, timeout=30):
+        """Poll through ?wait= until the action leaves queued/dispatching/unknown (or
+        reaches `until`)."""
+        client = client or self.agent.client()
+        deadline = time.monotonic() + timeout
+        while True:
+            body = client.get(f"/api/v1/actions/{action_id}?wait=5").json()
+            done = body["state"] in until if until else body["state"] not in {
+                "queued", "dispatching", "unknown"
+            }
+            if done or time.monotonic() > deadline:
+                return body
+            time.sleep(0.1)
+
+
+def make_world(downstream=None) -> World:
+    suffix = uuid.uuid4().hex[:8]
+    tenant = tenant_create(slug=f"a-{suffix}", actor=SETUP)
+    other = tenant_create(slug=f"b-{suffix}", actor=SETUP)
+    principal, agent_token = principal_create(tenant=tenant, name="agent", actor=SETUP)
+    _, other_agent_token = principal_create(tenant=other, name="agent", actor=SETUP)
+
+    def operator(name, role, t=tenant):
+        username = f"{name}-{suffix}"
+        _, token = operator_create(
+            tenant=t, username=username, role=role, password="correct horse", actor=SETUP
+        )
+        return Persona(username, token)
+
+    return World(
+        tenant=tenant,
+        other_tenant=other,
+        principal=principal,
+        agent=Persona("agent", agent_token),
+        approver=operator("approver", Role.APPROVER),
+        oncall=operator("oncall", Role.ONCALL),
+        admin=operator("admin", Role.ADMIN),
+        outsider=operator("outsider", Role.ADMIN, other),
+        other_agent=Persona("agent", other_agent_token),
+        downstream=downstream,
+    )
+
+
+@pytest.fixture
+def world(live_db, downstream) -> World:
+    return make_world(downstream)
+
+
+def problem(response) -> dict:
+    assert response["Content-Type"].startswith("application/problem+json"), response.content
+    return json.loads(response.content)

@@ -1,0 +1,18 @@
+"""Test settings: the project's own, with a private broker directory and quicker clocks.
+
+Set through the environment (before console.settings is read), so that the Celery worker
+processes the tests start inherit exactly the same configuration.
+"""
+
+import os
+import tempfile
+
+os.environ.setdefault("CELERY_BROKER_DIR", tempfile.mkdtemp(prefix="takeover-test-broker-"))
+os.environ.setdefault("SAFE_RETRY_DELAY_SECONDS", "0.5")
+os.environ.setdefault("DISPATCH_LEASE_GRACE_SECONDS", "3")
+os.environ.setdefault("QUEUED_REENQUEUE_AFTER_SECONDS", "5")
+os.environ.setdefault("SWEEP_INTERVAL_SECONDS", "1")
+
+from console.settings import *  # noqa: E402, F403
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast sign-ins in tests
