@@ -123,9 +123,16 @@ def downstream():
 
 
 class Worker:
-    def __init__(self, process, log_path):
+    def __init__(self, process, log_path, restart=None):
         self.process = process
         self.log_path = log_path
+        self._restart = restart
+
+    def restart(self):
+        """Start a fresh worker process in place of this (dead or killed) one."""
+        self.stop()
+        fresh = self._restart()
+        self.process, self.log_path = fresh.process, fresh.log_path
 
     def kill(self):
         os.killpg(self.process.pid, signal.SIGKILL)
@@ -168,7 +175,9 @@ def start_worker(tmp_path_factory, *, beat=True, env=None) -> Worker:
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    worker = Worker(process, log_path)
+    worker = Worker(
+        process, log_path, restart=lambda: start_worker(tmp_path_factory, beat=beat, env=env)
+    )
     deadline = time.monotonic() + 60
     while "ready." not in worker.log():
         if process.poll() is not None or time.monotonic() > deadline:
