@@ -127,7 +127,9 @@ def approval_revoke(approval: Approval, *, actor: Actor, reason: str) -> Approva
         )
         approval.refresh_from_db()
         if updated != 1:
-            raise StateConflict(f"Only a granted approval can be revoked; this one is {approval.effective_state}.")
+            raise StateConflict(
+                f"Only a granted approval can be revoked; this one is {approval.effective_state}."
+            )
         audit(
             actor=actor,
             verb="approval.revoke",

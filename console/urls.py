@@ -3,7 +3,6 @@ from django.urls import include, path
 
 from . import errors
 
-
 urlpatterns = [
     path("api/v1/", include(("console.api.urls", "api"), namespace="api")),
     path("admin/", admin.site.urls),

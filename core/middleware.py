@@ -15,7 +15,9 @@ class RequestIdMiddleware:
 
     def __call__(self, request):
         incoming = request.headers.get("X-Request-ID", "")
-        request_id = incoming if 0 < len(incoming) <= 64 and incoming.isprintable() else new_request_id()
+        request_id = (
+            incoming if 0 < len(incoming) <= 64 and incoming.isprintable() else new_request_id()
+        )
         request.request_id = request_id
         token = request_id_var.set(request_id)
         try:

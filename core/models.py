@@ -60,9 +60,7 @@ class Membership(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["user", "tenant"], name="one_membership_per_tenant"),
-            models.CheckConstraint(
-                condition=Q(role__in=Role.values), name="membership_role_valid"
-            ),
+            models.CheckConstraint(condition=Q(role__in=Role.values), name="membership_role_valid"),
         ]
 
     @property
@@ -179,7 +177,9 @@ class AuditEvent(models.Model):
             models.Index(fields=["object_type", "object_id"], name="audit_object"),
         ]
         triggers = [
-            pgtrigger.Protect(name="audit_append_only", operation=pgtrigger.Update | pgtrigger.Delete),
+            pgtrigger.Protect(
+                name="audit_append_only", operation=pgtrigger.Update | pgtrigger.Delete
+            ),
             # Protect() covers rows only; TRUNCATE needs its own statement-level trigger.
             pgtrigger.Trigger(
                 name="audit_no_truncate",

@@ -34,7 +34,9 @@ def operator_create(
     """Create (or extend) an operator: a membership in `tenant` with `role`, and a new
     API token. An existing user keeps their other memberships."""
     if role not in Role.values:
-        raise ValidationFailed("Unknown role.", {"role": [f"Choose one of {', '.join(Role.values)}."]})
+        raise ValidationFailed(
+            "Unknown role.", {"role": [f"Choose one of {', '.join(Role.values)}."]}
+        )
     User = get_user_model()
     with transaction.atomic():
         user, created = User.objects.get_or_create(username=username)

@@ -25,9 +25,7 @@ def ledger_reserve(
     INSERT waits for the winner's commit and then fails, after which the winner's entry
     is visible to the loser's next statement (READ COMMITTED).
     """
-    last = (
-        LedgerEntry.objects.filter(tenant=tenant, key=key).order_by("-generation").first()
-    )
+    last = LedgerEntry.objects.filter(tenant=tenant, key=key).order_by("-generation").first()
     generation = last.generation + 1 if last else 1
     try:
         with transaction.atomic():

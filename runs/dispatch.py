@@ -271,7 +271,9 @@ RECONCILE_LEASE = timedelta(seconds=60)
 
 
 def _backoff(failures: int) -> timedelta:
-    return timedelta(seconds=min(5 * 2 ** max(failures - 1, 0), settings.RECONCILE_BACKOFF_MAX_SECONDS))
+    return timedelta(
+        seconds=min(5 * 2 ** max(failures - 1, 0), settings.RECONCILE_BACKOFF_MAX_SECONDS)
+    )
 
 
 def action_reconcile(action_id, *, actor: Actor = RECONCILER, manual: bool = False) -> Action:

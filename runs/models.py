@@ -12,11 +12,11 @@ from django.db import models
 from django.db.models import Q
 
 from .states import (
+    OPEN_FOR_HUMANS,
     ActionState,
     AttemptOutcome,
     BlockReason,
     FailureReason,
-    OPEN_FOR_HUMANS,
     Resolution,
     RunStatus,
     Trigger,

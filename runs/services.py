@@ -5,9 +5,9 @@ The dispatch path (claim → HTTP → settle) and reconciliation live in `runs/d
 """
 
 import hashlib
-from dataclasses import dataclass
 import logging
 import uuid
+from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
@@ -91,7 +91,12 @@ def action_move(action: Action, to: str, *, actor: Actor, reason: str = "", **fi
 
 
 def run_start(
-    *, principal, trigger: str, config: dict, session_id: str | None = None, input_file=None,
+    *,
+    principal,
+    trigger: str,
+    config: dict,
+    session_id: str | None = None,
+    input_file=None,
     actor: Actor,
 ) -> Run:
     """Record a run as it starts, copying its input file into our storage."""
@@ -167,7 +172,13 @@ def run_finish(
         run.tools_reported = sorted(set(tools_called)) if tools_called is not None else None
         run.finished_at = run.heartbeat_at = timezone.now()
         run.save(
-            update_fields=["status", "error_message", "tools_reported", "finished_at", "heartbeat_at"]
+            update_fields=[
+                "status",
+                "error_message",
+                "tools_reported",
+                "finished_at",
+                "heartbeat_at",
+            ]
         )
         audit(
             actor=actor,
@@ -259,9 +270,18 @@ def action_propose(
             if entry is None:  # lost the race for a new key: the winner's entry is live now
                 entry = ledger_live_entry(tenant, idempotency_key)
             else:
-                return _create_action(
-                    action_id, run=run, entry=entry, approval_id=approval_id, actor=actor, **intent
-                ), True, False
+                return (
+                    _create_action(
+                        action_id,
+                        run=run,
+                        entry=entry,
+                        approval_id=approval_id,
+                        actor=actor,
+                        **intent,
+                    ),
+                    True,
+                    False,
+                )
         if entry.fingerprint != print_:
             raise IdempotencyConflict(
                 "This Idempotency-Key was already used for a different intent "
@@ -274,8 +294,17 @@ def action_propose(
 
 
 def _create_action(
-    action_id, *, run, entry, principal, tool, target, desired_state, expected_version,
-    approval_id, actor,
+    action_id,
+    *,
+    run,
+    entry,
+    principal,
+    tool,
+    target,
+    desired_state,
+    expected_version,
+    approval_id,
+    actor,
 ) -> Action:
     binding = {
         "principal": principal,
@@ -336,7 +365,9 @@ def approval_request_grant(request: ApprovalRequest, *, ttl_seconds: float, acto
         request = approvals.approval_request_lock_pending(request.pk)
         action = Action.objects.select_for_update(no_key=True).get(pk=request.action_id)
         if action.state != S.AWAITING_APPROVAL:
-            raise StateConflict(f"The action is no longer waiting for approval; it is {action.state}.")
+            raise StateConflict(
+                f"The action is no longer waiting for approval; it is {action.state}."
+            )
         approvals.approval_request_close(request, state=RequestState.GRANTED, actor=actor)
         approval = approvals.approval_grant(
             tenant=request.tenant,
@@ -356,14 +387,22 @@ def approval_request_grant(request: ApprovalRequest, *, ttl_seconds: float, acto
     return approval
 
 
-def approval_request_deny(request: ApprovalRequest, *, reason: str, actor: Actor) -> ApprovalRequest:
+def approval_request_deny(
+    request: ApprovalRequest, *, reason: str, actor: Actor
+) -> ApprovalRequest:
     with transaction.atomic():
         request = approvals.approval_request_lock_pending(request.pk)
         action = Action.objects.select_for_update(no_key=True).get(pk=request.action_id)
-        approvals.approval_request_close(request, state=RequestState.DENIED, actor=actor, reason=reason)
+        approvals.approval_request_close(
+            request, state=RequestState.DENIED, actor=actor, reason=reason
+        )
         if action.state == S.AWAITING_APPROVAL:
             action_move(
-                action, S.BLOCKED, actor=actor, reason=reason, block_reason=BlockReason.APPROVAL_DENIED
+                action,
+                S.BLOCKED,
+                actor=actor,
+                reason=reason,
+                block_reason=BlockReason.APPROVAL_DENIED,
             )
     return request
 
@@ -376,16 +415,21 @@ def approval_requests_expire(*, actor: Actor, limit: int = 200) -> int:
     count = 0
     for request_id in due:
         with transaction.atomic():
-            request = ApprovalRequest.objects.select_for_update(no_key=True, skip_locked=True).filter(
-                pk=request_id, state=RequestState.PENDING
-            ).first()
+            request = (
+                ApprovalRequest.objects.select_for_update(no_key=True, skip_locked=True)
+                .filter(pk=request_id, state=RequestState.PENDING)
+                .first()
+            )
             if request is None:
                 continue
             approvals.approval_request_close(request, state=RequestState.EXPIRED, actor=actor)
             action = Action.objects.select_for_update(no_key=True).get(pk=request.action_id)
             if action.state == S.AWAITING_APPROVAL:
                 action_move(
-                    action, S.BLOCKED, actor=actor, block_reason=BlockReason.APPROVAL_EXPIRED,
+                    action,
+                    S.BLOCKED,
+                    actor=actor,
+                    block_reason=BlockReason.APPROVAL_EXPIRED,
                     reason="No decision before the approval request expired.",
                 )
             count += 1
@@ -400,7 +444,8 @@ def action_resolve(action: Action, *, outcome: str, reason: str, actor: Actor) -
         action = Action.objects.select_for_update(no_key=True).get(pk=action.pk)
         if action.state not in {S.UNKNOWN, S.NEEDS_HUMAN}:
             raise StateConflict(
-                f"Only an unknown or needs_human action can be resolved; this one is {action.state}."
+                "Only an unknown or needs_human action can be resolved; "
+                f"this one is {action.state}."
             )
         action_move(
             action,
@@ -426,14 +471,26 @@ def action_claim_for_operator(action: Action, *, user, actor: Actor) -> tuple[Ac
         )
         action = Action.objects.select_related("claimed_by").get(pk=action.pk)
         if won:
-            audit(actor=actor, verb="action.claim", obj=action, after={"claimed_by": user.get_username()})
+            audit(
+                actor=actor,
+                verb="action.claim",
+                obj=action,
+                after={"claimed_by": user.get_username()},
+            )
     return action, won or action.claimed_by_id == user.pk
 
 
 def action_release_claim(action: Action, *, user, actor: Actor) -> Action:
     with transaction.atomic():
-        if Action.objects.filter(pk=action.pk, claimed_by=user).update(claimed_by=None, claimed_at=None):
-            audit(actor=actor, verb="action.release", obj=action, before={"claimed_by": user.get_username()})
+        if Action.objects.filter(pk=action.pk, claimed_by=user).update(
+            claimed_by=None, claimed_at=None
+        ):
+            audit(
+                actor=actor,
+                verb="action.release",
+                obj=action,
+                before={"claimed_by": user.get_username()},
+            )
     return Action.objects.get(pk=action.pk)
 
 
@@ -535,8 +592,11 @@ def replay_verdict(run: Run, executed=...) -> ReplayVerdict:
     executed = tools_executed(run) if executed is ... else executed
     if run.input_file and not run.input_file.storage.exists(run.input_file.name):
         return ReplayVerdict(
-            False, False, True,
-            "The input file of this run is no longer stored; it cannot be replayed.", executed,
+            False,
+            False,
+            True,
+            "The input file of this run is no longer stored; it cannot be replayed.",
+            executed,
         )
     if run.status in {RunStatus.PENDING, RunStatus.RUNNING}:
         return ReplayVerdict(
@@ -544,8 +604,11 @@ def replay_verdict(run: Run, executed=...) -> ReplayVerdict:
         )
     if run.status == RunStatus.SUCCESS:
         return ReplayVerdict(
-            False, True, False,
-            "This run already succeeded; its side effects happened. Replay refused.", executed,
+            False,
+            True,
+            False,
+            "This run already succeeded; its side effects happened. Replay refused.",
+            executed,
         )
     if executed == []:
         return ReplayVerdict(
@@ -553,13 +616,17 @@ def replay_verdict(run: Run, executed=...) -> ReplayVerdict:
         )
     if executed is None:
         return ReplayVerdict(
-            False, True, False,
+            False,
+            True,
+            False,
             "Whether this run called any tool before failing could not be established; a "
             "replay may repeat side effects. An admin can force it with a reason.",
             None,
         )
     return ReplayVerdict(
-        False, True, False,
+        False,
+        True,
+        False,
         f"Before failing, this run called {', '.join(executed)}. A replay may repeat them. "
         "An admin can force it with a reason.",
         executed,

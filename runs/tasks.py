@@ -36,5 +36,9 @@ def sweep(self):
         logger.info(
             "sweep: %d leases expired, %d requeued, %d reconciles due, %d requests expired, "
             "%d stale runs reaped",
-            len(expired), len(requeued), len(due), requests, reaped,
+            len(expired),
+            len(requeued),
+            len(due),
+            requests,
+            reaped,
         )

@@ -155,10 +155,23 @@ def start_worker(tmp_path_factory, *, beat=True, env=None) -> Worker:
     log_dir = tmp_path_factory.mktemp("worker")
     log_path = log_dir / "worker.log"
     cmd = [
-        sys.executable, "-m", "celery", "-A", "console", "worker",
-        "-P", "threads", "-c", "8", "--loglevel", "INFO",
-        "--without-gossip", "--without-mingle", "--without-heartbeat",
-        "-n", f"test-{uuid.uuid4().hex[:8]}@%h",
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "console",
+        "worker",
+        "-P",
+        "threads",
+        "-c",
+        "8",
+        "--loglevel",
+        "INFO",
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+        "-n",
+        f"test-{uuid.uuid4().hex[:8]}@%h",
     ]
     if beat:
         cmd += ["-B", "-s", str(log_dir / "beat-schedule")]
@@ -171,7 +184,7 @@ def start_worker(tmp_path_factory, *, beat=True, env=None) -> Worker:
             "DJANGO_SETTINGS_MODULE": "tests.settings",
             **(env or {}),
         },
-        stdout=open(log_path, "w"),
+        stdout=open(log_path, "w"),  # noqa: SIM115 -- the child process owns it
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
@@ -254,9 +267,11 @@ class World:
         deadline = time.monotonic() + timeout
         while True:
             body = client.get(f"/api/v1/actions/{action_id}?wait=5").json()
-            done = body["state"] in until if until else body["state"] not in {
-                "queued", "dispatching", "unknown"
-            }
+            done = (
+                body["state"] in until
+                if until
+                else body["state"] not in {"queued", "dispatching", "unknown"}
+            )
             if done or time.monotonic() > deadline:
                 return body
             time.sleep(0.1)

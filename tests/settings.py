@@ -13,6 +13,6 @@ os.environ.setdefault("DISPATCH_LEASE_GRACE_SECONDS", "3")
 os.environ.setdefault("QUEUED_REENQUEUE_AFTER_SECONDS", "5")
 os.environ.setdefault("SWEEP_INTERVAL_SECONDS", "1")
 
-from console.settings import *  # noqa: E402, F403
+from console.settings import *  # noqa: F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast sign-ins in tests

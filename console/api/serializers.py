@@ -49,7 +49,9 @@ class ReasonIn(serializers.Serializer):
 
 
 class GrantIn(serializers.Serializer):
-    ttl_seconds = StrictFloatField(min_value=1, max_value=MAX_TTL_SECONDS, required=False, default=3600)
+    ttl_seconds = StrictFloatField(
+        min_value=1, max_value=MAX_TTL_SECONDS, required=False, default=3600
+    )
 
 
 class ApprovalIn(serializers.Serializer):
@@ -58,7 +60,9 @@ class ApprovalIn(serializers.Serializer):
     target = StrictCharField(max_length=500)
     desired_state = JSONObjectField()
     expected_version = StrictIntegerField(required=False, allow_null=True, default=None)
-    ttl_seconds = StrictFloatField(min_value=1, max_value=MAX_TTL_SECONDS, required=False, default=3600)
+    ttl_seconds = StrictFloatField(
+        min_value=1, max_value=MAX_TTL_SECONDS, required=False, default=3600
+    )
 
 
 class ReplayIn(serializers.Serializer):

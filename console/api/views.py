@@ -73,15 +73,17 @@ def valid(serializer_class, data):
 def body_object(request) -> dict:
     data = request.data
     if not isinstance(data, dict):
-        raise ValidationFailed("The body must be a JSON object.", {"body": ["Must be a JSON object."]})
+        raise ValidationFailed(
+            "The body must be a JSON object.", {"body": ["Must be a JSON object."]}
+        )
     return data
 
 
-ACTION_DETAIL = (
-    Action.objects.select_related("tenant", "principal", "tool", "claimed_by").prefetch_related(
-        Prefetch("attempts", queryset=Attempt.objects.order_by("number")),
-        Prefetch("reconciliations", queryset=Reconciliation.objects.order_by("at", "id")),
-    )
+ACTION_DETAIL = Action.objects.select_related(
+    "tenant", "principal", "tool", "claimed_by"
+).prefetch_related(
+    Prefetch("attempts", queryset=Attempt.objects.order_by("number")),
+    Prefetch("reconciliations", queryset=Reconciliation.objects.order_by("at", "id")),
 )
 
 
@@ -100,8 +102,10 @@ def get_action_for(caller, pk) -> Action:
 
 def get_run_for(caller, pk) -> Run:
     runs = Run.objects.select_related("tenant", "principal")
-    runs = runs.filter(principal=caller.principal) if caller.is_principal else runs.filter(
-        tenant=caller.tenant
+    runs = (
+        runs.filter(principal=caller.principal)
+        if caller.is_principal
+        else runs.filter(tenant=caller.tenant)
     )
     run = runs.filter(pk=pk).first()
     if run is None:
@@ -151,8 +155,10 @@ def runs(request):
     if request.method == "GET":
         caller = request.user
         qs = Run.objects.select_related("tenant", "principal")
-        qs = qs.filter(principal=caller.principal) if caller.is_principal else qs.filter(
-            tenant=caller.tenant
+        qs = (
+            qs.filter(principal=caller.principal)
+            if caller.is_principal
+            else qs.filter(tenant=caller.tenant)
         )
         if statuses := csv_param(request, "status"):
             qs = qs.filter(status__in=statuses)
@@ -175,7 +181,9 @@ def runs(request):
     upload = fields.get("input_file")
     if upload is not None and upload.size > settings.MAX_INPUT_FILE_BYTES:
         return problem(
-            "payload-too-large", "Payload too large", 413,
+            "payload-too-large",
+            "Payload too large",
+            413,
             f"input_file is larger than {settings.MAX_INPUT_FILE_BYTES} bytes.",
         )
     run = services.run_start(
@@ -367,7 +375,9 @@ def approval_request_grant(request, pk):
     caller = require_operator(request, Role.APPROVER)
     req = get_request_for(caller, pk)
     fields = valid(s.GrantIn, body_object(request) if request.body else {})
-    approval = services.approval_request_grant(req, ttl_seconds=fields["ttl_seconds"], actor=caller.actor)
+    approval = services.approval_request_grant(
+        req, ttl_seconds=fields["ttl_seconds"], actor=caller.actor
+    )
     return Response(present.approval_dict(APPROVALS.get(pk=approval.pk)), status=201)
 
 
@@ -389,7 +399,9 @@ def approvals_collection(request):
     caller = require_operator(request, Role.APPROVER)
     if request.method == "GET":
         return page(
-            request, APPROVALS.filter(tenant=caller.tenant), present.approval_dict,
+            request,
+            APPROVALS.filter(tenant=caller.tenant),
+            present.approval_dict,
             field="granted_at",
         )
     fields = valid(s.ApprovalIn, body_object(request))
@@ -481,7 +493,9 @@ def audit_queryset(caller, params):
 @api_view(["GET"])
 def audit(request):
     caller = require_operator(request, Role.ADMIN)
-    return page(request, audit_queryset(caller, request.query_params), present.audit_dict, field="at")
+    return page(
+        request, audit_queryset(caller, request.query_params), present.audit_dict, field="at"
+    )
 
 
 @extend_schema(request=s.ToolIn, responses={201: dict})
@@ -502,8 +516,15 @@ def tools(request):
 def principals(request):
     caller = require_operator(request, Role.ADMIN)
     fields = valid(s.PrincipalIn, body_object(request))
-    principal, token = principal_create(tenant=caller.tenant, name=fields["name"], actor=caller.actor)
+    principal, token = principal_create(
+        tenant=caller.tenant, name=fields["name"], actor=caller.actor
+    )
     return Response(
-        {"id": str(principal.pk), "name": principal.name, "tenant": caller.tenant.slug, "token": token},
+        {
+            "id": str(principal.pk),
+            "name": principal.name,
+            "tenant": caller.tenant.slug,
+            "token": token,
+        },
         status=201,
     )

@@ -21,7 +21,9 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
         at, pk = base64.urlsafe_b64decode(padded.encode()).decode().split("|", 1)
         return datetime.fromisoformat(at), pk
     except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
-        raise ValidationFailed("Bad cursor.", {"cursor": ["Not a cursor this API issued."]}) from exc
+        raise ValidationFailed(
+            "Bad cursor.", {"cursor": ["Not a cursor this API issued."]}
+        ) from exc
 
 
 def keyset_page(qs, cursor: str | None, *, newest_first=True, field="created_at", size=PAGE_SIZE):

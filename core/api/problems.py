@@ -86,17 +86,26 @@ def exception_handler(exc, context):
         return problem(exc.slug, exc.title, exc.status, exc.detail, **exc.extra)
     if isinstance(exc, exceptions.ParseError):
         return problem(
-            "validation-error", "Invalid request", 400, "The request body could not be parsed.",
+            "validation-error",
+            "Invalid request",
+            400,
+            "The request body could not be parsed.",
             errors={"body": [str(exc.detail)]},
         )
     if isinstance(exc, exceptions.ValidationError):
         return problem(
-            "validation-error", "Invalid request", 400, "Some fields are invalid.",
+            "validation-error",
+            "Invalid request",
+            400,
+            "Some fields are invalid.",
             errors=_field_errors(exc.detail),
         )
     if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
         return problem(
-            "unauthenticated", "Unauthenticated", 401, str(exc.detail),
+            "unauthenticated",
+            "Unauthenticated",
+            401,
+            str(exc.detail),
             headers={"WWW-Authenticate": 'Bearer realm="takeover"'},
         )
     if isinstance(exc, exceptions.PermissionDenied):

@@ -2,13 +2,12 @@
 hitting the API at once; and a worker killed mid-call."""
 
 import threading
-import time
 import uuid
 
 import pytest
 from django.db import connections
 
-from runs.models import Action, Attempt
+from runs.models import Action
 
 pytestmark = pytest.mark.worker
 
@@ -63,16 +62,31 @@ def test_twenty_simultaneous_proposals_of_one_key_make_one_action_and_one_mutati
 def test_twenty_actions_racing_for_one_approval_exactly_one_consumes_it(w):
     run = w.start_run()
     target, desired = f"ticket:{uuid.uuid4().hex[:8]}", {"status": "refunded"}
-    approval = w.approver.client().post(
-        "/api/v1/approvals",
-        {"principal": "agent", "tool": "update_ticket", "target": target,
-         "desired_state": desired, "ttl_seconds": 600},
-        format="json",
-    ).json()["id"]
+    approval = (
+        w.approver.client()
+        .post(
+            "/api/v1/approvals",
+            {
+                "principal": "agent",
+                "tool": "update_ticket",
+                "target": target,
+                "desired_state": desired,
+                "ttl_seconds": 600,
+            },
+            format="json",
+        )
+        .json()["id"]
+    )
     responses = race(
         20,
-        lambda i: w.propose(run["id"], f"evt-{uuid.uuid4().hex}", tool="update_ticket",
-                            target=target, desired_state=desired, approval_id=approval),
+        lambda i: w.propose(
+            run["id"],
+            f"evt-{uuid.uuid4().hex}",
+            tool="update_ticket",
+            target=target,
+            desired_state=desired,
+            approval_id=approval,
+        ),
     )
     assert all(r.status_code == 201 for r in responses)
     finals = [w.wait_action(r.json()["id"]) for r in responses]

@@ -30,8 +30,16 @@ def w(world, worker):
     return world
 
 
-def grant(w, *, tool="update_ticket", target, desired_state, expected_version=None, ttl=600,
-          principal="agent"):
+def grant(
+    w,
+    *,
+    tool="update_ticket",
+    target,
+    desired_state,
+    expected_version=None,
+    ttl=600,
+    principal="agent",
+):
     response = w.approver.client().post(
         "/api/v1/approvals",
         {
@@ -52,8 +60,9 @@ def test_valid_approval_succeeds_with_one_mutation(w):
     run = w.start_run()
     t, k, desired = target(), key(), {"status": "refunded"}
     approval = grant(w, target=t, desired_state=desired)
-    response = w.propose(run["id"], k, tool="update_ticket", target=t, desired_state=desired,
-                         approval_id=approval)
+    response = w.propose(
+        run["id"], k, tool="update_ticket", target=t, desired_state=desired, approval_id=approval
+    )
     assert response.status_code == 201
     action = w.wait_action(response.json()["id"])
     assert action["state"] == "succeeded"
@@ -65,22 +74,30 @@ def test_valid_approval_succeeds_with_one_mutation(w):
     assert approval_now["consumed_by_action"] == action["id"]
 
     # The same key and intent again: a ledger hit, nothing dispatched.
-    again = w.propose(run["id"], k, tool="update_ticket", target=t, desired_state=desired,
-                      approval_id=approval)
+    again = w.propose(
+        run["id"], k, tool="update_ticket", target=t, desired_state=desired, approval_id=approval
+    )
     assert again.status_code == 200
     assert again.json()["replayed"] is True
     assert again.json()["id"] == action["id"]
     assert again.json()["content_changed"] is False
 
     # The same key with a changed intent: 422, nothing created or dispatched.
-    conflict = w.propose(run["id"], k, tool="update_ticket", target=t,
-                         desired_state={"status": "closed"})
+    conflict = w.propose(
+        run["id"], k, tool="update_ticket", target=t, desired_state={"status": "closed"}
+    )
     assert conflict.status_code == 422
     assert conflict.json()["type"] == "/problems/idempotency-conflict"
 
     # A consumed approval reused under a new key is blocked.
-    reuse = w.propose(run["id"], key("reuse"), tool="update_ticket", target=t,
-                      desired_state=desired, approval_id=approval)
+    reuse = w.propose(
+        run["id"],
+        key("reuse"),
+        tool="update_ticket",
+        target=t,
+        desired_state=desired,
+        approval_id=approval,
+    )
     assert reuse.status_code == 201
     assert reuse.json()["state"] == "blocked"
     assert reuse.json()["block_reason"] == "approval_consumed"
@@ -101,8 +118,14 @@ def test_approval_for_another_principal_or_target_is_a_mismatch(w, field):
         approval = grant(w, target=t, desired_state=desired, principal="someone-else")
     else:
         approval = grant(w, target=target(), desired_state=desired)
-    response = w.propose(run["id"], key(), tool="update_ticket", target=t,
-                         desired_state=desired, approval_id=approval)
+    response = w.propose(
+        run["id"],
+        key(),
+        tool="update_ticket",
+        target=t,
+        desired_state=desired,
+        approval_id=approval,
+    )
     assert response.status_code == 201
     assert response.json()["state"] == "blocked"
     assert response.json()["block_reason"] == "approval_mismatch"
@@ -113,8 +136,9 @@ def test_connection_refused_before_send_gets_one_safe_retry(w):
     run = w.start_run()
     t, k = target(), key()
     w.downstream.fault("refuse", seconds=0.3)
-    response = w.propose(run["id"], k, tool="update_ticket", target=t,
-                         desired_state={"status": "open"})
+    response = w.propose(
+        run["id"], k, tool="update_ticket", target=t, desired_state={"status": "open"}
+    )
     action = w.wait_action(response.json()["id"])
     assert action["state"] == "succeeded"
     assert [a["outcome"] for a in action["attempts"]] == ["not_sent", "applied"]
@@ -125,8 +149,14 @@ def test_commit_then_dropped_connection_is_unknown_then_reconciled(w):
     run = w.start_run()
     t, k = target(), key()
     w.downstream.fault("drop_after_commit", target=t)
-    response = w.propose(run["id"], k, tool="update_ticket", target=t,
-                         desired_state={"status": "refunded"}, expected_version=0)
+    response = w.propose(
+        run["id"],
+        k,
+        tool="update_ticket",
+        target=t,
+        desired_state={"status": "refunded"},
+        expected_version=0,
+    )
     action = w.wait_action(response.json()["id"])
     assert action["state"] == "succeeded"
     assert action["resolution"] == "reconciled"
@@ -145,8 +175,14 @@ def test_commit_then_another_actor_changed_the_record_needs_a_human(w):
     # window open for another actor to edit the ticket before we manage to look.
     w.downstream.fault("error_after_commit", target=t)
     w.downstream.fault("error_on_read", target=t, times=3)
-    response = w.propose(run["id"], k, tool="update_ticket", target=t,
-                         desired_state={"status": "refunded"}, expected_version=3)
+    response = w.propose(
+        run["id"],
+        k,
+        tool="update_ticket",
+        target=t,
+        desired_state={"status": "refunded"},
+        expected_version=3,
+    )
     action_id = response.json()["id"]
     deadline = time.monotonic() + 20
     while not Reconciliation.objects.filter(action_id=action_id, verdict="read_failed").exists():
@@ -169,8 +205,14 @@ def test_stale_expected_version_fails_with_version_conflict(w):
     run = w.start_run()
     t = target()
     w.downstream.seed(t, {"status": "open"}, version=5)
-    response = w.propose(run["id"], key(), tool="update_ticket", target=t,
-                         desired_state={"status": "refunded"}, expected_version=4)
+    response = w.propose(
+        run["id"],
+        key(),
+        tool="update_ticket",
+        target=t,
+        desired_state={"status": "refunded"},
+        expected_version=4,
+    )
     action = w.wait_action(response.json()["id"])
     assert action["state"] == "failed"
     assert action["failure_reason"] == "version_conflict"
@@ -180,8 +222,9 @@ def test_stale_expected_version_fails_with_version_conflict(w):
 def test_approval_requiring_tool_waits_for_a_grant(w):
     run = w.start_run()
     t = target()
-    response = w.propose(run["id"], key(), tool="close_ticket", target=t,
-                         desired_state={"status": "closed"})
+    response = w.propose(
+        run["id"], key(), tool="close_ticket", target=t, desired_state={"status": "closed"}
+    )
     assert response.status_code == 201
     action = response.json()
     assert action["state"] == "awaiting_approval"
@@ -207,8 +250,14 @@ def test_expired_approval_is_blocked(w):
     t, desired = target(), {"status": "refunded"}
     approval = grant(w, target=t, desired_state=desired, ttl=1)
     time.sleep(1.2)
-    response = w.propose(run["id"], key(), tool="update_ticket", target=t,
-                         desired_state=desired, approval_id=approval)
+    response = w.propose(
+        run["id"],
+        key(),
+        tool="update_ticket",
+        target=t,
+        desired_state=desired,
+        approval_id=approval,
+    )
     assert response.json()["state"] == "blocked"
     assert response.json()["block_reason"] == "approval_expired"
     assert w.downstream.mutations(t) == 0
@@ -218,11 +267,14 @@ def test_every_transition_leaves_an_audit_event(w):
     run = w.start_run()
     t = target()
     w.downstream.fault("drop_after_commit", target=t)
-    response = w.propose(run["id"], key(), tool="update_ticket", target=t,
-                         desired_state={"status": "x"})
+    response = w.propose(
+        run["id"], key(), tool="update_ticket", target=t, desired_state={"status": "x"}
+    )
     action = w.wait_action(response.json()["id"])
     assert action["state"] == "succeeded"
     verbs = list(
-        AuditEvent.objects.filter(object_id=action["id"]).order_by("at").values_list("verb", flat=True)
+        AuditEvent.objects.filter(object_id=action["id"])
+        .order_by("at")
+        .values_list("verb", flat=True)
     )
     assert verbs == ["action.propose", "action.dispatching", "action.unknown", "action.succeeded"]

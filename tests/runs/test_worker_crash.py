@@ -16,8 +16,14 @@ def test_worker_killed_mid_call_is_unknown_after_the_lease_then_reconciled(world
     target, key = f"ticket:{uuid.uuid4().hex[:8]}", f"evt-{uuid.uuid4().hex}"
     # The tool commits, then takes far longer than the worker will live.
     world.downstream.fault("slow_after_commit", target=target, seconds=20)
-    response = world.propose(run["id"], key, tool="update_ticket", target=target,
-                             desired_state={"status": "refunded"}, expected_version=0)
+    response = world.propose(
+        run["id"],
+        key,
+        tool="update_ticket",
+        target=target,
+        desired_state={"status": "refunded"},
+        expected_version=0,
+    )
     action_id = response.json()["id"]
     deadline = time.monotonic() + 20
     while world.downstream.mutations(target) == 0:

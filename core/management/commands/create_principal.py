@@ -16,7 +16,7 @@ class Command(BaseCommand):
 
     def handle(self, tenant, name, **options):
         try:
-            principal, token = principal_create(
+            _principal, token = principal_create(
                 tenant=Tenant.objects.get(slug=tenant), name=name, actor=CLI
             )
         except Tenant.DoesNotExist as exc:
