@@ -40,6 +40,14 @@ def live_db(django_db_setup, django_db_blocker):
         yield
 
 
+@pytest.fixture
+def transactional_db(live_db):
+    """pytest-django's transactional_db flushes tables with TRUNCATE after each test, which
+    the append-only audit log refuses by design. Here it means `live_db`: committed data, no
+    flush. `live_server` asks for this fixture, so it works the same way."""
+    return None
+
+
 def database_url() -> str:
     """The test database's URL, for worker processes."""
     s = connection.settings_dict
