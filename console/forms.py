@@ -1,0 +1,144 @@
+"""Console forms. Validation only; the views call the services."""
+
+from datetime import UTC
+
+from django import forms
+
+from runs.states import OPEN_FOR_HUMANS, ActionState, RunStatus
+
+from .selectors import AGE_LABELS
+
+TTL_CHOICES = [
+    (300, "5 minutes"),
+    (900, "15 minutes"),
+    (3600, "1 hour"),
+    (4 * 3600, "4 hours"),
+    (24 * 3600, "24 hours"),
+]
+
+
+def _reason_field(label="Reason", placeholder=""):
+    return forms.CharField(
+        label=label,
+        max_length=2000,
+        strip=True,
+        widget=forms.Textarea(attrs={"rows": 2, "required": True, "placeholder": placeholder}),
+        error_messages={"required": "Say why: the reason goes into the audit log."},
+    )
+
+
+class QueueFilterForm(forms.Form):
+    tenant = forms.ChoiceField(required=False, label="Tenant")
+    tool = forms.ChoiceField(required=False, label="Tool")
+    state = forms.ChoiceField(
+        required=False,
+        label="State",
+        choices=[("", "All open states")] + [(s, ActionState(s).label) for s in OPEN_FOR_HUMANS],
+    )
+    age = forms.ChoiceField(required=False, label="Age", choices=list(AGE_LABELS.items()))
+
+    def __init__(self, data, *, tenants, tools, current_slug):
+        super().__init__(data)
+        tenant_choices = [(t.slug, t.slug) for t in tenants]
+        if len(tenants) > 1:
+            tenant_choices.append(("*", "All my tenants"))
+        self.fields["tenant"].choices = tenant_choices
+        self.fields["tenant"].initial = current_slug
+        self.fields["tool"].choices = [("", "All tools")] + [(name, name) for name, _ in tools]
+        self.current_slug = current_slug
+
+    def value(self, name):
+        if self.is_valid():
+            return self.cleaned_data.get(name) or ""
+        return ""
+
+
+class ResolveForm(forms.Form):
+    outcome = forms.ChoiceField(
+        choices=[(ActionState.SUCCEEDED, "Succeeded"), (ActionState.FAILED, "Failed")],
+        error_messages={"required": "Choose succeeded or failed."},
+    )
+    reason = _reason_field(placeholder="What you checked, and what you found")
+    override_claim = forms.BooleanField(required=False)
+
+
+class GrantForm(forms.Form):
+    ttl_seconds = forms.TypedChoiceField(
+        label="Valid for", choices=TTL_CHOICES, coerce=int, initial=3600
+    )
+
+
+class DenyForm(forms.Form):
+    reason = _reason_field(placeholder="Why this must not happen")
+
+
+class ForceReplayForm(forms.Form):
+    reason = _reason_field(placeholder="Why repeating these side effects is acceptable")
+    confirm = forms.CharField(label="Type the run id to confirm", max_length=64, strip=True)
+
+    def __init__(self, data=None, *, run):
+        super().__init__(data)
+        self.run = run
+
+    def clean_confirm(self):
+        typed = self.cleaned_data["confirm"].lower()
+        full = str(self.run.pk)
+        # The full id, or the short id the console shows everywhere: friction, not secrecy.
+        if typed not in {full, full[:8]}:
+            raise forms.ValidationError(
+                f"That is not this run's id. Type {full[:8]} (or the full id) to confirm."
+            )
+        return typed
+
+
+class RunFilterForm(forms.Form):
+    status = forms.ChoiceField(
+        required=False,
+        choices=[("", "Any status")] + [(s, RunStatus(s).label) for s in RunStatus.values],
+    )
+
+
+class AuditFilterForm(forms.Form):
+    actor = forms.CharField(
+        required=False,
+        max_length=170,
+        label="Actor",
+        widget=forms.TextInput(attrs={"placeholder": "name or kind:name"}),
+    )
+    verb = forms.CharField(
+        required=False,
+        max_length=64,
+        label="Verb",
+        widget=forms.TextInput(attrs={"placeholder": "action.resolve or action.", "list": "verbs"}),
+    )
+    object = forms.CharField(
+        required=False,
+        max_length=64,
+        label="Object id",
+        widget=forms.TextInput(attrs={"placeholder": "uuid"}),
+    )
+    since = forms.DateTimeField(
+        required=False,
+        label="From (UTC)",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+        input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"],
+    )
+    until = forms.DateTimeField(
+        required=False,
+        label="To (UTC)",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+        input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"],
+    )
+
+    def filters(self) -> dict:
+        if not self.is_valid():
+            return {}
+        data = self.cleaned_data
+        since, until = data.get("since"), data.get("until")
+        return {
+            "actor": data.get("actor", ""),
+            "verb": data.get("verb", ""),
+            "obj": data.get("object", ""),
+            "since": since.replace(tzinfo=UTC) if since and since.tzinfo is None else since,
+            "until": until.replace(tzinfo=UTC) if until and until.tzinfo is None else until,
+        }

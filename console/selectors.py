@@ -1,0 +1,678 @@
+"""Reads for the console: who is looking (the scope), the queue, an action's timeline and
+diff, the approvals inbox, runs, replays and the audit log.
+
+Every getter here is scoped to the signed-in operator's memberships: another tenant's object
+is a 404 (`Http404`), never a 403 that would confirm it exists. Role checks happen in the
+views, against the membership of the *object's* tenant, so an operator who is an approver in
+one tenant and on-call in another gets exactly the rights of each.
+"""
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db.models import Count, OuterRef, Q, Subquery
+from django.http import Http404
+from django.utils import timezone
+
+from approvals.models import Approval, ApprovalRequest, RequestState
+from core.api.pagination import decode_cursor, encode_cursor
+from core.audit import Actor
+from core.errors import ValidationFailed
+from core.models import AuditEvent, Membership, Role, Tool
+from runs.models import Action, Attempt, Reconciliation, Replay, Run
+from runs.services import GATEWAY_CALLED, replay_verdict, tools_executed
+from runs.states import OPEN_FOR_HUMANS, TERMINAL, ActionState
+
+PAGE_SIZE = 50
+
+# --- scope ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Scope:
+    """The signed-in operator, their memberships and the tenant they are working in."""
+
+    user: object
+    memberships: list  # Membership rows with .tenant, ordered by tenant slug
+    current: Membership
+
+    @property
+    def tenant(self):
+        return self.current.tenant
+
+    @property
+    def roles(self) -> list[str]:
+        return self.current.roles
+
+    @property
+    def tenant_ids(self) -> list:
+        return [m.tenant_id for m in self.memberships]
+
+    @property
+    def actor(self) -> Actor:
+        return Actor("operator", self.user.get_username())
+
+    def has_role(self, role: str, tenant_id=None) -> bool:
+        membership = self.current if tenant_id is None else self.membership_for(tenant_id)
+        return membership is not None and membership.has_role(role)
+
+    def membership_for(self, tenant_id) -> Membership | None:
+        return next((m for m in self.memberships if m.tenant_id == tenant_id), None)
+
+    def tenant_by_slug(self, slug: str):
+        match = next((m for m in self.memberships if m.tenant.slug == slug), None)
+        return match.tenant if match else None
+
+    @property
+    def is_approver(self) -> bool:
+        return self.has_role(Role.APPROVER)
+
+    @property
+    def is_oncall(self) -> bool:
+        return self.has_role(Role.ONCALL)
+
+    @property
+    def is_admin(self) -> bool:
+        return self.has_role(Role.ADMIN)
+
+
+def scope_for(user, session) -> Scope | None:
+    """Resolve the operator's working tenant from `session["tenant"]` (the key the API's
+    session authentication reads too). Falls back to the first membership, and remembers it.
+    None when the user belongs to no tenant."""
+    memberships = list(
+        Membership.objects.filter(user=user).select_related("tenant").order_by("tenant__slug")
+    )
+    if not memberships:
+        return None
+    slug = session.get("tenant")
+    current = next((m for m in memberships if m.tenant.slug == slug), None)
+    if current is None:
+        current = memberships[0]
+        session["tenant"] = current.tenant.slug
+    return Scope(user=user, memberships=memberships, current=current)
+
+
+# --- small helpers ---------------------------------------------------------------------------
+
+
+def signature(*parts) -> str:
+    """A short digest of what a live region shows, so a poll that finds nothing new can be
+    answered with 204 and the browser leaves the DOM (focus, selection, scroll) alone."""
+    return hashlib.sha1(repr(parts).encode(), usedforsecurity=False).hexdigest()[:16]
+
+
+def pretty_json(value) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+def compact_json(value) -> str:
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(", ", ": "))
+
+
+def age_label(at, now=None) -> str:
+    """A compact age for dense tables: 42 s, 12 min, 3 h 5 min, 2 d 4 h."""
+    seconds = max(int(((now or timezone.now()) - at).total_seconds()), 0)
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes = seconds // 60
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h" if hours else f"{days} d"
+
+
+def parse_cursor(raw: str | None):
+    """A cursor this console issued, or None for a missing or malformed one (a stale
+    bookmark should show the first page, not an error)."""
+    if not raw:
+        return None
+    try:
+        return decode_cursor(raw)
+    except ValidationFailed:
+        return None
+
+
+def after_key(qs, cursor, *, field_name="created_at", descending=False):
+    """Keyset condition: rows strictly after (field, id) in the page's order.
+
+    Written as `field >= c AND (field > c OR id > i)` rather than a bare OR, so that
+    PostgreSQL starts the index range at `c` instead of filtering from the beginning.
+    """
+    if cursor is None:
+        return qs
+    at, pk = cursor
+    if descending:
+        return qs.filter(
+            Q(**{f"{field_name}__lte": at}), Q(**{f"{field_name}__lt": at}) | Q(pk__lt=pk)
+        )
+    return qs.filter(Q(**{f"{field_name}__gte": at}), Q(**{f"{field_name}__gt": at}) | Q(pk__gt=pk))
+
+
+def keyset(qs, cursor, *, field_name="created_at", descending=False, size=PAGE_SIZE):
+    """(rows, next_cursor) for one page, ordered by (field, id). Never OFFSET."""
+    order = (f"-{field_name}", "-pk") if descending else (field_name, "pk")
+    qs = after_key(qs.order_by(*order), cursor, field_name=field_name, descending=descending)
+    rows = list(qs[: size + 1])
+    more = len(rows) > size
+    rows = rows[:size]
+    next_cursor = encode_cursor(getattr(rows[-1], field_name), rows[-1].pk) if more else None
+    return rows, next_cursor
+
+
+# --- the queue -----------------------------------------------------------------------------
+
+AGES = {
+    "": None,
+    "5m": timedelta(minutes=5),
+    "1h": timedelta(hours=1),
+    "24h": timedelta(hours=24),
+    "7d": timedelta(days=7),
+}
+AGE_LABELS = {
+    "": "Any age",
+    "5m": "Older than 5 minutes",
+    "1h": "Older than 1 hour",
+    "24h": "Older than 24 hours",
+    "7d": "Older than 7 days",
+}
+
+
+@dataclass
+class QueueFilters:
+    tenant_ids: list
+    state: str = ""  # one of OPEN_FOR_HUMANS, or "" for all of them
+    tool_ids: list | None = None  # None: any tool
+    age: str = ""
+
+    @property
+    def states(self) -> list[str]:
+        return [self.state] if self.state else list(OPEN_FOR_HUMANS)
+
+
+@dataclass
+class QueuePage:
+    rows: list
+    next_cursor: str | None
+    counts: dict  # state → count, under the tenant/tool/age filters (not the state one)
+    total: int
+    signature: str = ""
+    counts_list: list = field(default_factory=list)
+
+
+def _open_actions(filters: QueueFilters, *, now=None):
+    # `state IN (open states)` is always present, so the planner can prove the predicate of
+    # the partial index action_open_queue (tenant, created_at, id) and use it.
+    qs = Action.objects.filter(tenant_id__in=filters.tenant_ids, state__in=OPEN_FOR_HUMANS)
+    if filters.tool_ids is not None:
+        qs = qs.filter(tool_id__in=filters.tool_ids)
+    if older := AGES.get(filters.age):
+        qs = qs.filter(created_at__lte=(now or timezone.now()) - older)
+    return qs
+
+
+def queue_page(filters: QueueFilters, cursor=None, *, size=PAGE_SIZE) -> QueuePage:
+    """The actions that need a person, oldest first, one keyset page; and counts per state.
+
+    Two queries whatever the page size: the rows (with the tool, tenant, principal and claim
+    holder joined, and the latest attempt and reconciliation folded in as subqueries) and
+    the counts.
+    """
+    now = timezone.now()
+    base = _open_actions(filters, now=now)
+    counts = {state: 0 for state in OPEN_FOR_HUMANS}
+    for row in base.values("state").annotate(n=Count("pk")).order_by():
+        counts[row["state"]] = row["n"]
+
+    rows_qs = queue_rows_queryset(filters, base)
+    rows, next_cursor = keyset(rows_qs, cursor, size=size)
+    for action in rows:
+        action.why = queue_reason(action)
+        action.age = age_label(action.created_at, now)
+    sig = signature(
+        [(str(a.pk), a.state, a.claimed_by_id, a.updated_at.isoformat(), a.why) for a in rows],
+        sorted(counts.items()),
+        next_cursor,
+    )
+    counts_list = [(state, ActionState(state).label, counts[state]) for state in OPEN_FOR_HUMANS]
+    return QueuePage(
+        rows=rows,
+        next_cursor=next_cursor,
+        counts=counts,
+        total=sum(counts.values()),
+        signature=sig,
+        counts_list=counts_list,
+    )
+
+
+def queue_rows_queryset(filters: QueueFilters, base=None):
+    """The queue's rows, unordered and unpaged (`keyset` orders them by (created_at, id))."""
+    qs = base if base is not None else _open_actions(filters)
+    if filters.state:
+        qs = qs.filter(state=filters.state)
+    last_attempt = Attempt.objects.filter(action=OuterRef("pk")).order_by("-number")
+    last_read = Reconciliation.objects.filter(action=OuterRef("pk")).order_by("-at", "-id")
+    return qs.select_related("tool", "tenant", "principal", "claimed_by").annotate(
+        last_outcome=Subquery(last_attempt.values("outcome")[:1]),
+        last_http_status=Subquery(last_attempt.values("http_status")[:1]),
+        last_verdict=Subquery(last_read.values("verdict")[:1]),
+        last_diff=Subquery(last_read.values("diff")[:1]),
+    )
+
+
+BLOCK_REASONS = {
+    "approval_expired": "approval expired",
+    "approval_consumed": "approval already used",
+    "approval_mismatch": "approval for a different intent",
+    "approval_denied": "approval denied",
+    "approval_revoked": "approval revoked",
+    "approval_not_found": "approval not found",
+}
+
+
+def queue_reason(action) -> str:
+    """One line saying why this action is waiting for a person."""
+    if action.state == ActionState.AWAITING_APPROVAL:
+        return "waiting for an approver"
+    if action.state == ActionState.BLOCKED:
+        return BLOCK_REASONS.get(action.block_reason, action.block_reason)
+    verdict = getattr(action, "last_verdict", None)
+    if action.state == ActionState.NEEDS_HUMAN:
+        if verdict == "mismatch":
+            fields = ", ".join(d.get("field", "?") for d in (action.last_diff or []))
+            return f"authoritative state differs: {fields}"
+        if verdict == "moved_on":
+            return "state matches, but the version moved on"
+        if verdict == "missing":
+            return "target does not exist"
+        return "outcome not proven"
+    # unknown
+    if verdict == "read_failed":
+        return f"reading the authoritative state failed ({action.reconcile_failures}×)"
+    status = getattr(action, "last_http_status", None)
+    if status:
+        return f"tool answered HTTP {status}; reconciling"
+    return "no answer from the tool; reconciling"
+
+
+def queue_tools(scope: Scope, tenant_ids) -> list[tuple[str, list]]:
+    """Tool names in the given tenants, each with its ids (a name can exist per tenant)."""
+    names: dict[str, list] = {}
+    for pk, name in (
+        Tool.objects.filter(tenant_id__in=tenant_ids).order_by("name").values_list("pk", "name")
+    ):
+        names.setdefault(name, []).append(pk)
+    return list(names.items())
+
+
+# --- one action ----------------------------------------------------------------------------
+
+ACTION_DETAIL = Action.objects.select_related(
+    "tenant", "principal", "tool", "run", "claimed_by", "approval_request"
+)
+
+
+def get_action_for(scope: Scope, pk) -> Action:
+    """The action, if it belongs to one of the operator's tenants; 404 otherwise."""
+    action = ACTION_DETAIL.filter(pk=pk, tenant_id__in=scope.tenant_ids).first()
+    if action is None:
+        raise Http404("No such action.")
+    return action
+
+
+@dataclass
+class TimelineEntry:
+    at: datetime
+    kind: str  # audit | attempt | read
+    title: str
+    actor: str = ""
+    detail: str = ""
+    tone: str = ""  # good | bad | warn | info | ""
+    lines: list = field(default_factory=list)
+
+
+VERB_TITLES = {
+    "action.propose": "Proposed",
+    "action.queued": "Queued for dispatch",
+    "action.dispatching": "Claimed for dispatch",
+    "action.succeeded": "Succeeded",
+    "action.failed": "Failed",
+    "action.unknown": "Outcome unknown",
+    "action.needs_human": "Handed to a person",
+    "action.blocked": "Blocked",
+    "action.claim": "Claimed by an operator",
+    "action.release": "Claim released",
+    "action.recheck": "Re-checked by hand",
+    "action.reconcile_failed": "Reconciliation read failed",
+    "approval_request.open": "Approval requested",
+    "approval_request.grant": "Approval request granted",
+    "approval_request.deny": "Approval request denied",
+    "approval_request.expire": "Approval request expired",
+    "approval.grant": "Approval granted",
+    "approval.consume": "Approval consumed",
+    "approval.revoke": "Approval revoked",
+    "ledger.reserve": "Idempotency key reserved",
+    "ledger.revoke": "Ledger entry revoked",
+}
+VERB_TONES = {
+    "action.succeeded": "good",
+    "action.failed": "bad",
+    "action.unknown": "warn",
+    "action.needs_human": "bad",
+    "action.blocked": "bad",
+    "approval_request.deny": "bad",
+    "approval_request.expire": "warn",
+    "approval.revoke": "warn",
+    "approval.grant": "good",
+    "approval.consume": "info",
+}
+OUTCOME_TONES = {
+    "applied": "good",
+    "version_conflict": "bad",
+    "rejected": "bad",
+    "not_sent": "warn",
+    "unknown": "warn",
+}
+VERDICT_TONES = {
+    "match": "good",
+    "mismatch": "bad",
+    "moved_on": "warn",
+    "missing": "bad",
+    "read_failed": "warn",
+}
+VERDICT_LABELS = {
+    "match": "matches the desired state",
+    "mismatch": "differs from the desired state",
+    "moved_on": "matches, but the version moved on",
+    "missing": "target does not exist",
+    "read_failed": "read failed",
+}
+
+
+def _audit_entry(event) -> TimelineEntry:
+    lines = []
+    before = (event.before or {}).get("state")
+    after = (event.after or {}).get("state")
+    if before and after and before != after:
+        lines.append(f"{before} → {after}")
+    for key in ("block_reason", "failure_reason", "resolution", "verdict", "claimed_by"):
+        if value := (event.after or {}).get(key):
+            lines.append(f"{key.replace('_', ' ')}: {value}")
+    if event.verb == "approval.grant" and (expires := (event.after or {}).get("expires_at")):
+        lines.append(f"expires {expires}")
+    return TimelineEntry(
+        at=event.at,
+        kind="audit",
+        title=VERB_TITLES.get(event.verb, event.verb),
+        actor=f"{event.actor_kind}:{event.actor_name}",
+        detail=event.reason,
+        tone=VERB_TONES.get(event.verb, ""),
+        lines=lines,
+    )
+
+
+def action_history(action: Action):
+    """(attempts, reconciliations, audit events) of one action: three queries.
+
+    Audit events are the action's own plus those of its approval request, its approval and
+    its ledger entry (found by object id, on the audit_object index).
+    """
+    attempts = list(action.attempts.order_by("number"))
+    reads = list(action.reconciliations.order_by("at", "id"))
+    objects = Q(object_type="action", object_id=str(action.pk)) | Q(
+        object_type="ledgerentry", object_id=str(action.ledger_entry_id)
+    )
+    if action.approval_request_id:
+        objects |= Q(object_type="approvalrequest", object_id=str(action.approval_request_id))
+    if action.approval_id:
+        objects |= Q(object_type="approval", object_id=str(action.approval_id))
+    events = list(AuditEvent.objects.filter(objects).order_by("at", "id"))
+    return attempts, reads, events
+
+
+def action_timeline(attempts, reads, events) -> list[TimelineEntry]:
+    entries = [_audit_entry(e) for e in events]
+    for a in attempts:
+        outcome = a.outcome or "in flight"
+        title = f"Dispatch attempt {a.number}: {outcome.replace('_', ' ')}"
+        if a.http_status:
+            title += f" (HTTP {a.http_status})"
+        lines = [f"started {a.started_at:%H:%M:%S.%f}"[:-3]]
+        if a.finished_at:
+            ms = (a.finished_at - a.started_at).total_seconds() * 1000
+            lines.append(f"took {ms:.0f} ms")
+        entries.append(
+            TimelineEntry(
+                at=a.started_at,
+                kind="attempt",
+                title=title,
+                detail=a.detail,
+                tone=OUTCOME_TONES.get(a.outcome, "info"),
+                lines=lines,
+            )
+        )
+    for r in reads:
+        lines = []
+        if r.expected_version is not None or r.actual_version is not None:
+            lines.append(
+                f"expected version {_v(r.expected_version)}, authoritative {_v(r.actual_version)}"
+            )
+        if r.diff:
+            lines.append("differs: " + ", ".join(d["field"] for d in r.diff))
+        who = r.actor or {}
+        entries.append(
+            TimelineEntry(
+                at=r.at,
+                kind="read",
+                title=f"Reconciliation read: {VERDICT_LABELS.get(r.verdict, r.verdict)}",
+                actor=f"{who.get('kind', '')}:{who.get('name', '')}" if who else "",
+                detail=r.detail,
+                tone=VERDICT_TONES.get(r.verdict, ""),
+                lines=lines,
+            )
+        )
+    entries.sort(key=lambda e: e.at)
+    return entries
+
+
+def _v(value) -> str:
+    return "none" if value is None else str(value)
+
+
+@dataclass
+class DiffRow:
+    field: str
+    desired: str
+    actual: str
+    matches: bool
+    present: bool = True
+
+
+@dataclass
+class Diff:
+    """Desired vs authoritative, field by field, from the latest read that saw the state."""
+
+    read: object | None  # the Reconciliation the table comes from
+    latest: object | None  # the latest read of any kind (may be a failed one)
+    rows: list
+    extra: list  # authoritative fields the action does not set
+    expected_version: int | None
+    after_version: int | None  # what the version should be if this action applied it
+    actual_version: int | None
+    version_ok: bool | None  # None when not guarded by expected_version
+
+    @property
+    def mismatches(self) -> list[str]:
+        return [r.field for r in self.rows if not r.matches]
+
+
+def action_diff(action: Action, reads) -> Diff:
+    latest = reads[-1] if reads else None
+    seen = next((r for r in reversed(reads) if r.authoritative is not None), None)
+    expected = action.expected_version
+    after = expected + 1 if expected is not None else None
+    if seen is None:
+        return Diff(None, latest, [], [], expected, after, None, None)
+    state = seen.authoritative.get("state") or {}
+    actual_version = seen.authoritative.get("version")
+    rows = [
+        DiffRow(
+            field=name,
+            desired=compact_json(wanted),
+            actual=compact_json(state[name]) if name in state else "(absent)",
+            matches=name in state and state[name] == wanted,
+            present=name in state,
+        )
+        for name, wanted in action.desired_state.items()
+    ]
+    extra = [
+        (name, compact_json(value))
+        for name, value in sorted(state.items())
+        if name not in action.desired_state
+    ]
+    version_ok = None if expected is None else actual_version == after
+    return Diff(seen, latest, rows, extra, expected, after, actual_version, version_ok)
+
+
+# --- approvals -----------------------------------------------------------------------------
+
+REQUESTS = ApprovalRequest.objects.select_related("tenant", "principal", "tool")
+
+
+def get_request_for(scope: Scope, pk) -> ApprovalRequest:
+    found = REQUESTS.filter(pk=pk, tenant_id__in=scope.tenant_ids).first()
+    if found is None:
+        raise Http404("No such approval request.")
+    return found
+
+
+def approvals_inbox(tenant, *, recent=20):
+    """Pending requests (oldest first) with their actions' states, and recent decisions."""
+    pending = list(
+        REQUESTS.filter(tenant=tenant, state=RequestState.PENDING).order_by("created_at", "pk")[
+            :200
+        ]
+    )
+    decided = list(
+        REQUESTS.filter(tenant=tenant)
+        .exclude(state=RequestState.PENDING)
+        .order_by("-decided_at", "-pk")[:recent]
+    )
+    ids = [r.action_id for r in pending + decided]
+    states = dict(Action.objects.filter(pk__in=ids).values_list("pk", "state"))
+    approvals = {
+        a.request_id: a for a in Approval.objects.filter(request__in=[r.pk for r in decided])
+    }
+    now = timezone.now()
+    for r in pending + decided:
+        r.action_state = states.get(r.action_id)
+        r.action_state_label = ActionState(r.action_state).label.lower() if r.action_state else ""
+    for r in pending:
+        r.age = age_label(r.created_at, now)
+        r.desired_rows = [(k, compact_json(v)) for k, v in r.desired_state.items()]
+        r.waiting = r.action_state == ActionState.AWAITING_APPROVAL and r.expires_at > now
+    for r in decided:
+        r.approval = approvals.get(r.pk)
+    return pending, decided
+
+
+def pending_signature(pending) -> str:
+    return signature([(str(r.pk), r.action_state) for r in pending])
+
+
+# --- runs ----------------------------------------------------------------------------------
+
+RUN_DETAIL = Run.objects.select_related("tenant", "principal", "replay_of")
+
+
+def get_run_for(scope: Scope, pk) -> Run:
+    run = RUN_DETAIL.filter(pk=pk, tenant_id__in=scope.tenant_ids).first()
+    if run is None:
+        raise Http404("No such run.")
+    return run
+
+
+def runs_page(tenant, cursor=None, *, status=""):
+    qs = Run.objects.filter(tenant=tenant).select_related("principal")
+    if status:
+        qs = qs.filter(status=status)
+    qs = qs.annotate(n_actions=Count("actions"))
+    return keyset(qs, cursor, descending=True)
+
+
+@dataclass
+class RunDetail:
+    run: Run
+    actions: list
+    tools_executed: list | None
+    verdict: object
+    replayed_by: list  # Replay records whose original is this run
+    replay_record: Replay | None  # how this run came to be, if it is a replay
+
+
+def run_detail(run: Run) -> RunDetail:
+    actions = list(run.actions.select_related("tool").order_by("created_at", "pk"))
+    gateway = {a.tool.name for a in actions if a.state in GATEWAY_CALLED}
+    executed = tools_executed(run, gateway)
+    verdict = replay_verdict(run, executed)
+    replayed_by = list(
+        Replay.objects.filter(original_run=run).select_related("new_run").order_by("at")
+    )
+    record = Replay.objects.filter(new_run=run).first() if run.replay_of_id else None
+    return RunDetail(run, actions, executed, verdict, replayed_by, record)
+
+
+def replays_page(tenant, cursor=None):
+    qs = Replay.objects.filter(tenant=tenant).select_related("original_run", "new_run")
+    return keyset(qs, cursor, field_name="at", descending=True)
+
+
+# --- audit ---------------------------------------------------------------------------------
+
+
+def audit_queryset(tenant, *, actor="", verb="", obj="", since=None, until=None):
+    """The tenant's audit log under the console's filters.
+
+    actor: "kind:name" or a bare name; verb: exact, or a prefix when it ends with "." or
+    "*"; object: an object id (full, as stored).
+    """
+    qs = AuditEvent.objects.filter(tenant=tenant)
+    if verb:
+        if verb.endswith("*"):
+            qs = qs.filter(verb__startswith=verb[:-1])
+        elif verb.endswith("."):
+            qs = qs.filter(verb__startswith=verb)
+        else:
+            qs = qs.filter(verb=verb)
+    if actor:
+        kind, sep, name = actor.partition(":")
+        qs = qs.filter(actor_kind=kind, actor_name=name) if sep else qs.filter(actor_name=actor)
+    if obj:
+        qs = qs.filter(object_id=obj)
+    if since:
+        qs = qs.filter(at__gte=since)
+    if until:
+        qs = qs.filter(at__lte=until)
+    return qs
+
+
+# Suggestions for the audit filter (a datalist; any verb may be typed). "x." means a prefix.
+AUDIT_VERBS = sorted(
+    {
+        *VERB_TITLES,
+        *("action.", "approval.", "approval_request.", "ledger.", "run."),
+        *("force_replay", "run.replay", "run.start", "run.claim", "run.success", "run.error"),
+        *("run.cancelled", "tool.create", "principal.create", "operator.grant_role"),
+    }
+)
+
+
+def is_terminal(action) -> bool:
+    return action.state in TERMINAL

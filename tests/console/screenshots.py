@@ -1,0 +1,119 @@
+"""`make screenshots`: 1280×800 screenshots of the console with demo data, in ./var/screenshots.
+
+Run explicitly (`pytest tests/console/screenshots.py`); the name keeps it out of `make test`.
+The demo data is made the way production makes it: runs and proposals through the services,
+dispatch over HTTP to the demo downstream with injected faults, reconciliation reading the
+authoritative state back, and operators acting through the console's own services.
+"""
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from core.models import Role
+from core.services import operator_create, principal_create, tenant_create
+from runs import dispatch, services
+from tests.conftest import SETUP, Persona, World
+from tests.console.conftest import (
+    PASSWORD,
+    agent_of,
+    make_awaiting,
+    make_failed_run_with_tools,
+    make_needs_human,
+    make_unknown,
+    operator_actor,
+    propose,
+    sign_in,
+    start_run,
+    tool,
+    user,
+    wait_state,
+)
+
+OUT = Path(__file__).resolve().parents[2] / "var" / "screenshots"
+pytestmark = [pytest.mark.browser]
+
+
+def demo_world(downstream) -> World:
+    suffix = uuid.uuid4().hex[:4]
+    tenant = tenant_create(slug=f"acme-support-{suffix}", name="Acme Support", actor=SETUP)
+    other = tenant_create(slug=f"globex-{suffix}", actor=SETUP)
+    principal, token = principal_create(tenant=tenant, name="support-agent", actor=SETUP)
+
+    def op(name, role, t=tenant):
+        username = f"{name}.{suffix}"
+        _, tok = operator_create(
+            tenant=t, username=username, role=role, password=PASSWORD, actor=SETUP
+        )
+        return Persona(username, tok)
+
+    return World(
+        tenant=tenant,
+        other_tenant=other,
+        principal=principal,
+        agent=Persona("support-agent", token),
+        approver=op("ana", Role.APPROVER),
+        oncall=op("omar", Role.ONCALL),
+        admin=op("dana", Role.ADMIN),
+        outsider=op("olga", Role.ADMIN, other),
+        other_agent=Persona("agent", token),
+        downstream=downstream,
+    )
+
+
+def test_screenshots(live_db, downstream, new_page, console_server):
+    OUT.mkdir(parents=True, exist_ok=True)
+    w = demo_world(downstream)
+    tool(w, "update_ticket", identity_fields=["status"])
+    tool(w, "send_email", prefix="email", requires_approval=True)
+    run = start_run(w, config={"ticket_batch": "2026-11-30", "model": "gpt-x", "limit": 40})
+
+    # Settled history, so that the queue is the exception rather than the rule.
+    for n in range(6):
+        target = f"TCK-{4100 + n}"
+        w.downstream.seed(target, {"status": "open"}, version=1)
+        a = propose(w, run, tool(w), target, {"status": "resolved"}, 1)
+        dispatch.action_dispatch(a.pk)
+        wait_state(a.pk, {"succeeded", "failed", "unknown", "needs_human"})
+
+    needs = make_needs_human(w, run=run, target="TCK-4217")
+    make_needs_human(w, run=run, target="TCK-4302")
+    make_unknown(w, run=run, target="TCK-4388")
+    make_unknown(w, run=run, target="TCK-4391")
+    make_awaiting(w, run=run, target="maria.lopez@example.com")
+    make_awaiting(w, run=run, target="j.chen@example.com")
+    denied = make_awaiting(w, run=run, target="all-customers@example.com")
+    services.approval_request_deny(
+        denied.approval_request,
+        reason="Bulk mail to every customer needs a marketing sign-off.",
+        actor=operator_actor(w.approver),
+    )
+    services.action_claim_for_operator(needs, user=user(w.oncall), actor=operator_actor(w.oncall))
+    failed_run = make_failed_run_with_tools(w)
+    services.run_replay(
+        failed_run,
+        force=True,
+        reason="Ticket updates are idempotent by key; the ledger guards them.",
+        actor=operator_actor(w.admin),
+    )
+    services.run_finish(
+        run, status="error", error_message="worker lost", tools_called=None, actor=agent_of(w)
+    )
+
+    page = new_page()
+    sign_in(page, console_server, w.admin)
+    shots = {
+        "queue": "/",
+        "action": f"/actions/{needs.pk}/",
+        "approvals": "/approvals/",
+        "audit": "/audit/",
+        "run": f"/runs/{failed_run.pk}/",
+        "replays": "/replays/",
+    }
+    for name, path in shots.items():
+        page.goto(console_server(path))
+        page.wait_for_load_state("networkidle")
+        page.screenshot(path=str(OUT / f"{name}.png"))
+        page.screenshot(path=str(OUT / f"{name}-full.png"), full_page=True)
+    assert (OUT / "queue.png").exists()
