@@ -12,7 +12,9 @@ lifecycle (SPEC §3) in the console.
 About every 3 seconds it either claims a replayed run (``POST /runs/claim``) or starts a new
 one, whose ``config`` is the whole input: the trigger event, from which the plan of side
 effects is derived deterministically (a ``random.Random`` seeded with the event id). Only
-generated text (an e-mail's subject and body, a resolution note) is random each time.
+generated text (an e-mail's subject and body, a resolution note) is random each time. The
+first nine runs are a fixed tour (``OPENING``) through every outcome; after that the
+scenarios and faults are drawn at random.
 
 Scenarios (``config["scenario"]``):
 
@@ -383,9 +385,54 @@ def event_id(prefix: str) -> str:
 
 
 @dataclass
+class Script:
+    """What a fresh run would otherwise draw at random; the opening tour fixes it."""
+
+    faults: list[str | None] | None = None  # per step; None: drawn at random
+    crash_after: int | None = None  # steps done before the run dies
+    crash: str | None = None  # "error" | "unknown" | "silent"
+    retry_first: bool = False  # "lose" the first response and retry with the same key
+    bogus_approval: bool = False  # the chat message carries an approval id
+    double_fire: bool = False  # the scheduler delivers the last campaign's slot again
+
+
+# The first runs after a start cover every state of the lifecycle, so that a newcomer sees
+# them all within a minute; after the tour, choices are random (and bounded).
+OPENING = [
+    ("ticket_triage", Script(faults=[None], retry_first=True)),  # succeeded; retry → replayed
+    ("resolve", Script(faults=[None, None])),  # close_ticket waits for an approver
+    # unknown → reconciled to succeeded; a 503 that applied nothing → needs_human with a diff
+    ("escalation", Script(faults=["drop_after_commit", "error_before_commit", None, None])),
+    ("guarded_update", Script(faults=["external_write_first"])),  # version_conflict
+    ("campaign", Script(faults=[None] * 8, crash_after=2, crash="error")),  # dies part-way
+    ("campaign", Script(faults=[None] * 8, double_fire=True)),  # the same slot: ledger hits
+    ("resolve", Script(faults=[None, None], bogus_approval=True)),  # blocked
+    ("ticket_triage", Script(faults=["slow_then_external"])),  # in-flight edit → needs_human
+    ("weekly_report", Script()),  # fails before any tool: replayable without force
+]
+
+# Faults that leave a rule pending in the downstream until an effect request consumes it.
+RULES = {"drop_after_commit", "error_after_commit", "slow_after_commit", "reject"}
+RULES |= {"error_before_commit", "slow_then_external"}
+
+NOTES = {
+    "drop_after_commit": "the tool applied it, then the connection dropped",
+    "error_after_commit": "the tool applied it, then answered 500",
+    "slow_after_commit": "the tool applied it, then answered too late",
+    "reject": "the tool rejected it",
+    "refuse": "the tool refused connections for 0.5 s",
+    "error_before_commit": "the tool answered 503 and applied nothing",
+    "slow_then_external": "the tool applied it and answered too late; meanwhile the "
+    "customer changed the ticket",
+    "external_write_first": "a colleague edited the ticket after the agent read it",
+}
+
+
+@dataclass
 class RunState:
     run: dict
     replay: bool
+    script: Script = field(default_factory=Script)
     proposed: list[dict] = field(default_factory=list)  # final views of this run's actions
 
     @property
@@ -441,7 +488,8 @@ class Agent:
                 break
 
     def start_new(self) -> None:
-        trigger, config = self.new_config()
+        scenario, script = OPENING[self.runs] if self.runs < len(OPENING) else (None, Script())
+        trigger, config = self.new_config(scenario, script)
         response = self.api.request(
             "POST", "/runs", json={"trigger": trigger, "config": config}, retry=False
         )
@@ -451,12 +499,12 @@ class Agent:
         self.runs += 1
         run = response.json()
         log(f"run {short(run['id'])} started: {trigger} {config['scenario']}")
-        self.execute(RunState(run, replay=False))
+        self.execute(RunState(run, replay=False, script=script))
         if self.runs % 25 == 0:
             summary = ", ".join(f"{k} {v}" for k, v in self.outcomes.most_common())
             log(f"{self.runs} runs so far; actions: {summary}")
 
-    def new_config(self) -> tuple[str, dict]:
+    def new_config(self, scenario: str | None, script: Script) -> tuple[str, dict]:
         awaiting, _ = self.open_counts()
         weights = {
             "ticket_triage": 30,
@@ -466,7 +514,7 @@ class Agent:
             "campaign": 15,
             "weekly_report": 5,
         }
-        scenario = random.choices(list(weights), list(weights.values()))[0]
+        scenario = scenario or random.choices(list(weights), list(weights.values()))[0]
         if scenario == "ticket_triage":
             event = {
                 "id": event_id("evt"),
@@ -490,7 +538,9 @@ class Agent:
                 "ticket": random.choice(TICKETS),
                 "text": "The customer confirms the fix works. Please close the ticket.",
             }
-            if random.random() < 0.25 and self.may_block():
+            if script.bogus_approval or (
+                script.faults is None and random.random() < 0.2 and self.may_block()
+            ):
                 # The operator pasted an approval id in the chat: an old one (consumed, for
                 # another intent) or a mistyped one. Either way Takeover blocks the close.
                 reused = self.consumed_approvals[-1] if self.consumed_approvals else None
@@ -500,9 +550,12 @@ class Agent:
             event = {"id": event_id("wf"), "type": "sla.breach", "ticket": random.choice(TICKETS)}
             return "workflow", {"scenario": scenario, "event": event}
         if scenario == "campaign":
-            if self.last_campaign is not None and random.random() < 0.1:
+            if self.last_campaign is not None and (
+                script.double_fire or (script.faults is None and random.random() < 0.05)
+            ):
                 # The scheduler delivered the same slot twice (at-least-once delivery).
-                return "schedule", self.last_campaign
+                config, self.last_campaign = self.last_campaign, None
+                return "schedule", config
             slot = datetime.now(UTC).replace(microsecond=0)
             # The time bucket comes from the trigger (the slot the schedule fired for); a
             # second firing for the same slot yields the same campaign id, hence the same keys.
@@ -539,16 +592,18 @@ class Agent:
                     tools_called=[],
                 )
                 return
-            crash_after = None
-            if scenario == "campaign" and not state.replay and random.random() < 0.35:
+            crash_after = state.script.crash_after
+            if state.replay or crash_after is not None or state.script.faults is not None:
+                pass
+            elif scenario == "campaign" and random.random() < 0.35:
                 crash_after = random.randint(1, max(1, len(steps) - 1))
-            elif not state.replay and steps and random.random() < 0.03:
+            elif steps and random.random() < 0.03:
                 crash_after = random.randint(0, len(steps) - 1)
             for index, step in enumerate(steps):
                 if crash_after is not None and index == crash_after:
                     self.crash(state, index, len(steps))
                     return
-                self.do_step(state, step)
+                self.do_step(state, step, index)
                 self.api.request("POST", f"/runs/{state.id}/heartbeat", retry=False)
             failed = [a for a in state.proposed if a["state"] == "failed"]
             if failed:
@@ -574,7 +629,7 @@ class Agent:
             raise
 
     def crash(self, state: RunState, done: int, total: int) -> None:
-        how = random.choices(["error", "unknown", "silent"], [6, 2, 2])[0]
+        how = state.script.crash or random.choices(["error", "unknown", "silent"], [6, 2, 2])[0]
         what = f"after {done} of {total} side effects"
         if how == "error":
             self.finish(
@@ -608,23 +663,34 @@ class Agent:
 
     # one proposal
 
-    def do_step(self, state: RunState, step: Step) -> None:
+    def do_step(self, state: RunState, step: Step, index: int) -> None:
         expected_version = None
         if step.expected_version_from_read:
             # A real agent reads the record it is about to change from the system of record.
             read = self.world.read(step.prefix, step.target)
             expected_version = read[1] if read else 0
-        fault, note = (None, "") if state.replay else self.choose_fault(step)
+        script = state.script
+        if state.replay:
+            fault = None
+        elif script.faults is not None:
+            fault = script.faults[index] if index < len(script.faults) else None
+        else:
+            fault = self.choose_fault(step)
+        note = NOTES.get(fault, "")
         before = self.inject(step, fault)
         first = self.propose(state, step, expected_version)
         if first is not None and not first["replayed"] and fault == "slow_then_external":
             self.interfere_while_in_flight(step, before, first["desired_state"])
         retried = None
-        if first is not None and not first["replayed"] and random.random() < 0.12:
+        if script.faults is None:
+            lose = random.random() < 0.1
+        else:
+            lose = script.retry_first and index == 0
+        if first is not None and not first["replayed"] and lose:
             # The response "got lost" and the runtime retries with the same key.
             retried = self.propose(state, step, expected_version)
         final = self.settle(first) if first is not None else None
-        if fault:
+        if fault in RULES:
             # A ledger hit, a block or a wait for approval dispatches nothing: a rule left
             # pending would fire on some later, unrelated action.
             self.world.clear_faults()
@@ -750,45 +816,21 @@ class Agent:
 
     # faults, bounded
 
-    def choose_fault(self, step: Step) -> tuple[str | None, str]:
+    def choose_fault(self, step: Step) -> str | None:
+        """About a third of the proposals meet a fault; the ones that need a person only
+        while fewer than MAX_NEEDS_HUMAN are waiting."""
         if step.tool == "close_ticket":
-            return None, ""
+            return None
         if step.expected_version_from_read:
-            if random.random() < 0.45:
-                return (
-                    "external_write_first",
-                    "a colleague edited the ticket after the agent read it",
-                )
-            return None, ""
+            return "external_write_first" if random.random() < 0.45 else None
         if random.random() > 0.35:
-            return None, ""
+            return None
+        settles = ["drop_after_commit", "error_after_commit", "slow_after_commit", "reject"]
+        settles.append("refuse")
         _, needs_human = self.open_counts()
-        settles = [
-            "drop_after_commit",
-            "error_after_commit",
-            "slow_after_commit",
-            "reject",
-            "refuse",
-        ]
-        for_a_person = (
-            ["error_before_commit", "slow_then_external"] if step.tool == "update_ticket" else []
-        )
-        if needs_human < MAX_NEEDS_HUMAN:
-            choices = settles + for_a_person * 2
-        else:
-            choices = settles
-        fault = random.choice(choices)
-        notes = {
-            "drop_after_commit": "the tool applied it, then the connection dropped",
-            "error_after_commit": "the tool applied it, then answered 500",
-            "slow_after_commit": "the tool applied it, then answered too late",
-            "reject": "the tool rejected it",
-            "refuse": "the tool refused connections for 0.5 s",
-            "error_before_commit": "the tool answered 503 and applied nothing",
-            "slow_then_external": "the tool applied it and answered too late; meanwhile the "
-            "customer reopened the ticket",
-        }
-        return fault, notes[fault]
+        if step.tool == "update_ticket" and needs_human < MAX_NEEDS_HUMAN:
+            return random.choice([*settles, "error_before_commit", "slow_then_external"])
+        return random.choice(settles)
 
     def may_block(self) -> bool:
         cutoff = time.monotonic() - 600
