@@ -446,3 +446,26 @@ def test_second_oncall_user_helper_works(live_db):
     world = make_world()
     second = add_operator(world, "extra", Role.ONCALL)
     assert user(second).memberships.get().role == Role.ONCALL
+
+
+def test_django_admin_shows_raw_records_and_the_audit_log_is_read_only(live_db, downstream):
+    world = make_world(downstream)
+    action = make_needs_human(world)
+    User = get_user_model()
+    root = User.objects.create_superuser(f"root-{world.tenant.slug}", password="x")
+    client = Client()
+    client.force_login(root)
+    event = AuditEvent.objects.filter(object_id=str(action.pk)).first()
+    for url in (
+        "/admin/core/auditevent/",
+        f"/admin/core/auditevent/{event.pk}/change/",
+        "/admin/runs/action/",
+        f"/admin/runs/action/{action.pk}/change/",
+        "/admin/approvals/approvalrequest/",
+        "/admin/ledger/ledgerentry/",
+    ):
+        assert client.get(url).status_code == 200, url
+    assert client.get("/admin/core/auditevent/add/").status_code == 403
+    assert client.post(f"/admin/core/auditevent/{event.pk}/delete/").status_code == 403
+    change = text(client.get(f"/admin/core/auditevent/{event.pk}/change/"))
+    assert 'name="_save"' not in change  # view only

@@ -4,8 +4,9 @@ Takeover API, keys derived from stable intent, subject and body generated afresh
     python campaign_runtime.py URL TOKEN (--run RUN_ID | --claim) --event EVT --recipients N
                                [--hang-after K]
 
-Prints "sent <i> <action id> <replayed> <content_changed> <state>" after each outcome; with --hang-after it stops
-making progress after K e-mails (and waits to be killed), like a wedged worker.
+Prints "sent <i> <action id> <replayed> <content_changed> <state>" after each outcome; with
+--hang-after it stops making progress after K e-mails (and waits to be killed), like a
+wedged worker.
 """
 
 import argparse
@@ -27,7 +28,8 @@ def main():
     p.add_argument("--hang-after", type=int)
     args = p.parse_args()
     api = httpx.Client(
-        base_url=f"{args.url}/api/v1", headers={"Authorization": f"Bearer {args.token}"},
+        base_url=f"{args.url}/api/v1",
+        headers={"Authorization": f"Bearer {args.token}"},
         timeout=30,
     )
     run_id = args.run

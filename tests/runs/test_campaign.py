@@ -34,8 +34,18 @@ def test_force_replayed_campaign_sends_only_what_was_not_sent(world, worker, liv
     event = f"campaign-{uuid.uuid4().hex[:8]}"
     run = world.start_run(trigger="schedule", config={"campaign": event, "recipients": 100})
 
-    first = runtime(live_server, world.agent.token, "--run", run["id"], "--event", event,
-                    "--recipients", "100", "--hang-after", "40")
+    first = runtime(
+        live_server,
+        world.agent.token,
+        "--run",
+        run["id"],
+        "--event",
+        event,
+        "--recipients",
+        "100",
+        "--hang-after",
+        "40",
+    )
     lines = [first.stdout.readline() for _ in range(41)]  # "run …" + 40 × "sent …"
     assert all(line.startswith("sent") and line.split()[5] == "succeeded" for line in lines[1:])
     first.kill()  # SIGKILL: no finish, no goodbye
@@ -56,8 +66,9 @@ def test_force_replayed_campaign_sends_only_what_was_not_sent(world, worker, liv
     )
     assert forced.status_code == 201
 
-    second = runtime(live_server, world.agent.token, "--claim", "--event", event,
-                     "--recipients", "100")
+    second = runtime(
+        live_server, world.agent.token, "--claim", "--event", event, "--recipients", "100"
+    )
     out, _ = second.communicate(timeout=300)
     assert second.returncode == 0, out
     sent = [line.split() for line in out.splitlines() if line.startswith("sent")]

@@ -82,17 +82,29 @@ def test_foreign_tool_succeeds_and_a_lost_answer_is_reconciled(world, worker, cr
 
     from ..conftest import SETUP
 
-    tool_create(tenant=world.tenant, name="set_tier", base_url=crm.url, timeout_seconds=2,
-                actor=SETUP)
+    tool_create(
+        tenant=world.tenant, name="set_tier", base_url=crm.url, timeout_seconds=2, actor=SETUP
+    )
     run = world.start_run()
-    plain = world.propose(run["id"], f"k-{uuid.uuid4().hex}", tool="set_tier", target="cust 1/a",
-                          desired_state={"tier": "gold"})
+    plain = world.propose(
+        run["id"],
+        f"k-{uuid.uuid4().hex}",
+        tool="set_tier",
+        target="cust 1/a",
+        desired_state={"tier": "gold"},
+    )
     assert world.wait_action(plain.json()["id"])["state"] == "succeeded"
 
     crm.drop_next_response = True
     key = f"k-{uuid.uuid4().hex}"
-    lost = world.propose(run["id"], key, tool="set_tier", target="cust-2",
-                         desired_state={"tier": "platinum"}, expected_version=0)
+    lost = world.propose(
+        run["id"],
+        key,
+        tool="set_tier",
+        target="cust-2",
+        desired_state={"tier": "platinum"},
+        expected_version=0,
+    )
     action = world.wait_action(lost.json()["id"])
     assert action["state"] == "succeeded"
     assert action["resolution"] == "reconciled"

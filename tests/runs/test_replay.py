@@ -88,8 +88,13 @@ def test_a_run_that_called_tools_is_refused_naming_them(w):
 
 def test_tools_the_gateway_saw_count_even_when_the_runtime_says_none(w, downstream):
     run = w.start_run()
-    action = w.propose(run["id"], f"k-{uuid.uuid4().hex}", tool="update_crm", target="c:1",
-                       desired_state={"stage": "won"}).json()
+    action = w.propose(
+        run["id"],
+        f"k-{uuid.uuid4().hex}",
+        tool="update_crm",
+        target="c:1",
+        desired_state={"stage": "won"},
+    ).json()
     dispatch.action_dispatch(action["id"])  # the real dispatch, in this process
     finish(w, run, "error", [])
     assert w.agent.client().get(f"/api/v1/runs/{run['id']}").json()["tools_executed"] == [
@@ -150,7 +155,9 @@ def test_input_file_is_copied_and_a_missing_one_is_410_even_with_force(w):
     assert response.status_code == 201, response.content
     run = response.json()
     assert run["input_file"] == {
-        "name": "orders.csv", "size": len(content), "sha256": hashlib.sha256(content).hexdigest(),
+        "name": "orders.csv",
+        "size": len(content),
+        "sha256": hashlib.sha256(content).hexdigest(),
     }
     assert run["config"] == {"source": "shop"}
     stored = Run.objects.get(pk=run["id"]).input_file

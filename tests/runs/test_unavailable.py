@@ -36,11 +36,13 @@ def test_a_proposal_during_an_outage_is_a_503_and_writes_nothing(world):
     world.tool("update_ticket")
     run = world.start_run()
     with database_down():
-        response = world.propose(run["id"], "k-outage", tool="update_ticket", target="t",
-                                 desired_state={"a": 1})
+        response = world.propose(
+            run["id"], "k-outage", tool="update_ticket", target="t", desired_state={"a": 1}
+        )
     assert response.status_code == 503
-    retry = world.propose(run["id"], "k-outage", tool="update_ticket", target="t",
-                          desired_state={"a": 1})
+    retry = world.propose(
+        run["id"], "k-outage", tool="update_ticket", target="t", desired_state={"a": 1}
+    )
     assert retry.status_code == 201  # the key was not taken by the failed attempt
 
 
