@@ -8,6 +8,7 @@ import time
 from django.conf import settings
 from django.db.models import Prefetch
 from django.http import Http404
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.decorators import api_view, parser_classes
 from rest_framework.parsers import JSONParser, MultiPartParser
@@ -29,6 +30,8 @@ from runs.models import Action, Attempt, Reconciliation, Replay, Run
 from runs.states import IN_PROGRESS, OPEN_FOR_HUMANS
 
 from . import serializers as s
+
+OBJ = OpenApiTypes.OBJECT
 
 # --- helpers ---------------------------------------------------------------------------
 
@@ -132,6 +135,7 @@ def csv_param(request, name, allowed=None) -> list[str]:
 # --- who am I ---------------------------------------------------------------------------
 
 
+@extend_schema(request=None, responses=OBJ)
 @api_view(["GET"])
 def me(request):
     caller = request.user
@@ -148,7 +152,7 @@ def me(request):
 # --- runs ------------------------------------------------------------------------------
 
 
-@extend_schema(request=s.RunStartIn, responses={201: dict})
+@extend_schema(request=s.RunStartIn, responses={201: OBJ})
 @api_view(["GET", "POST"])
 @parser_classes([JSONParser, MultiPartParser])
 def runs(request):
@@ -197,11 +201,13 @@ def runs(request):
     return Response(present.run_dict(run), status=201)
 
 
+@extend_schema(request=None, responses=OBJ)
 @api_view(["GET"])
 def run_detail(request, pk):
     return Response(present.run_dict(get_run_for(request.user, pk)))
 
 
+@extend_schema(request=None, responses=OBJ)
 @api_view(["POST"])
 def run_heartbeat(request, pk):
     require_principal(request)
@@ -209,7 +215,7 @@ def run_heartbeat(request, pk):
     return Response(present.run_dict(run, with_actions=False))
 
 
-@extend_schema(request=s.RunFinishIn)
+@extend_schema(request=s.RunFinishIn, responses=OBJ)
 @api_view(["POST"])
 def run_finish(request, pk):
     require_principal(request)
@@ -219,6 +225,7 @@ def run_finish(request, pk):
     return Response(present.run_dict(run))
 
 
+@extend_schema(request=None, responses=OBJ)
 @api_view(["POST"])
 def run_claim(request):
     principal = require_principal(request)
@@ -228,7 +235,7 @@ def run_claim(request):
     return Response(present.run_dict(run))
 
 
-@extend_schema(request=s.ReplayIn, responses={201: dict})
+@extend_schema(request=s.ReplayIn, responses={201: OBJ})
 @api_view(["POST"])
 def run_replay(request, pk):
     run = get_run_for(request.user, pk)
@@ -246,6 +253,7 @@ def run_replay(request, pk):
     return Response(present.run_dict(new_run), status=201)
 
 
+@extend_schema(request=None, responses=OBJ)
 @api_view(["GET"])
 def replays(request):
     caller = require_operator(request)
@@ -259,7 +267,7 @@ def replays(request):
 @extend_schema(
     request=s.ActionProposeIn,
     parameters=[OpenApiParameter("Idempotency-Key", location="header", required=True)],
-    responses={201: dict, 200: dict},
+    responses={201: OBJ, 200: OBJ},
 )
 @api_view(["POST"])
 def propose(request, pk):
@@ -289,7 +297,10 @@ def propose(request, pk):
     )
 
 
-@extend_schema(parameters=[OpenApiParameter("wait", int, description="seconds, ≤ 30")])
+@extend_schema(
+    parameters=[OpenApiParameter("wait", float, description="seconds to hold, at most 30")],
+    responses=OBJ,
+)
 @api_view(["GET"])
 def action_detail(request, pk):
     action = get_action_for(request.user, pk)
@@ -310,6 +321,7 @@ def action_detail(request, pk):
     return Response(present.action_dict(action))
 
 
+@extend_schema(request=None, responses=OBJ)
 @api_view(["POST"])
 def action_reconcile(request, pk):
     require_operator(request, Role.ONCALL)
@@ -322,7 +334,7 @@ def action_reconcile(request, pk):
     return Response(present.action_dict(get_action_for(request.user, pk)))
 
 
-@extend_schema(request=s.ResolveIn)
+@extend_schema(request=s.ResolveIn, responses=OBJ)
 @api_view(["POST"])
 def action_resolve(request, pk):
     require_operator(request, Role.ONCALL)
@@ -336,6 +348,7 @@ def action_resolve(request, pk):
     return Response(present.action_dict(get_action_for(request.user, pk)))
 
 
+@extend_schema(request=None, responses=OBJ)
 @api_view(["GET"])
 def queue(request):
     caller = require_operator(request)
@@ -353,6 +366,7 @@ REQUESTS = ApprovalRequest.objects.select_related("tenant", "principal", "tool")
 APPROVALS = Approval.objects.select_related("tenant", "principal", "tool")
 
 
+@extend_schema(request=None, responses=OBJ)
 @api_view(["GET"])
 def approval_requests(request):
     caller = require_operator(request, Role.APPROVER)
@@ -369,7 +383,7 @@ def get_request_for(caller, pk) -> ApprovalRequest:
     return found
 
 
-@extend_schema(request=s.GrantIn, responses={201: dict})
+@extend_schema(request=s.GrantIn, responses={201: OBJ})
 @api_view(["POST"])
 def approval_request_grant(request, pk):
     caller = require_operator(request, Role.APPROVER)
@@ -381,7 +395,7 @@ def approval_request_grant(request, pk):
     return Response(present.approval_dict(APPROVALS.get(pk=approval.pk)), status=201)
 
 
-@extend_schema(request=s.ReasonIn)
+@extend_schema(request=s.ReasonIn, responses=OBJ)
 @api_view(["POST"])
 def approval_request_deny(request, pk):
     caller = require_operator(request, Role.APPROVER)
@@ -393,7 +407,7 @@ def approval_request_deny(request, pk):
     return Response(present.approval_request_dict(REQUESTS.get(pk=req.pk)))
 
 
-@extend_schema(request=s.ApprovalIn, responses={201: dict})
+@extend_schema(request=s.ApprovalIn, responses={201: OBJ})
 @api_view(["GET", "POST"])
 def approvals_collection(request):
     caller = require_operator(request, Role.APPROVER)
@@ -434,13 +448,14 @@ def get_approval_for(caller, pk) -> Approval:
     return found
 
 
+@extend_schema(request=None, responses=OBJ)
 @api_view(["GET"])
 def approval_detail(request, pk):
     caller = require_operator(request, Role.APPROVER)
     return Response(present.approval_dict(get_approval_for(caller, pk)))
 
 
-@extend_schema(request=s.ReasonIn)
+@extend_schema(request=s.ReasonIn, responses=OBJ)
 @api_view(["POST"])
 def approval_revoke(request, pk):
     caller = require_operator(request, Role.APPROVER)
@@ -453,6 +468,7 @@ def approval_revoke(request, pk):
 # --- ledger, audit, set-up -------------------------------------------------------------------
 
 
+@extend_schema(request=None, responses=OBJ)
 @api_view(["GET"])
 def ledger(request):
     caller = require_operator(request, Role.ADMIN)
@@ -464,7 +480,7 @@ def ledger(request):
     return page(request, qs, present.ledger_dict)
 
 
-@extend_schema(request=s.ReasonIn)
+@extend_schema(request=s.ReasonIn, responses=OBJ)
 @api_view(["POST"])
 def ledger_revoke_view(request, pk):
     caller = require_operator(request, Role.ADMIN)
@@ -490,6 +506,7 @@ def audit_queryset(caller, params):
     return qs
 
 
+@extend_schema(request=None, responses=OBJ)
 @api_view(["GET"])
 def audit(request):
     caller = require_operator(request, Role.ADMIN)
@@ -498,7 +515,7 @@ def audit(request):
     )
 
 
-@extend_schema(request=s.ToolIn, responses={201: dict})
+@extend_schema(request=s.ToolIn, responses={201: OBJ})
 @api_view(["GET", "POST"])
 def tools(request):
     if request.method == "GET":
@@ -511,7 +528,7 @@ def tools(request):
     return Response(present.tool_dict(tool), status=201)
 
 
-@extend_schema(request=s.PrincipalIn, responses={201: dict})
+@extend_schema(request=s.PrincipalIn, responses={201: OBJ})
 @api_view(["POST"])
 def principals(request):
     caller = require_operator(request, Role.ADMIN)
