@@ -182,6 +182,9 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "polling_interval": 0.2,
     }
 CELERY_TASK_IGNORE_RESULT = True
+# Publishing happens after commit and is only a wake-up call (the sweeper re-sends what a
+# lost message left behind), so it must not hold a request for long when the broker is down.
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2}
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

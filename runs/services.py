@@ -41,16 +41,21 @@ LEDGER_STATUS_FOR = {
 
 
 def enqueue_dispatch(action_id) -> None:
-    """Wake a worker once the surrounding transaction commits (never inside it)."""
+    """Wake a worker once the surrounding transaction commits (never inside it).
+
+    `robust`: if the broker is down, the error is logged and the request still succeeds.
+    The committed `queued` row is the real instruction; the sweeper re-sends it.
+    """
     from .tasks import dispatch_action
 
-    transaction.on_commit(lambda: dispatch_action.delay(str(action_id)))
+    transaction.on_commit(lambda: dispatch_action.delay(str(action_id)), robust=True)
 
 
 def enqueue_reconcile(action_id) -> None:
     from .tasks import reconcile_action
 
-    transaction.on_commit(lambda: reconcile_action.delay(str(action_id)))
+    # A lost message only delays this: the sweeper reconciles every unknown that is due.
+    transaction.on_commit(lambda: reconcile_action.delay(str(action_id)), robust=True)
 
 
 def action_move(action: Action, to: str, *, actor: Actor, reason: str = "", **fields) -> bool:
