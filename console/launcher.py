@@ -178,9 +178,6 @@ class Launcher:
         from console.demo.setup import demo_setup
 
         self.var_dir = Path(settings.VAR_DIR)
-        # Whitenoise serves from the app directories (WHITENOISE_USE_FINDERS) but warns, once
-        # per process, when STATIC_ROOT is missing.
-        Path(settings.STATIC_ROOT).mkdir(parents=True, exist_ok=True)
         self.out.say("Takeover: applying migrations…")
         call_command("migrate", interactive=False, verbosity=0)
         seeded = demo_setup(
@@ -243,7 +240,6 @@ class Launcher:
             if port_open(self.port) and port_open(self.downstream_port):
                 return True
             time.sleep(0.2)
-        self.out.say(f"Takeover: the web server did not come up within {READY_TIMEOUT_SECONDS}s.")
         return False
 
     def dead_child(self) -> Child | None:
@@ -291,19 +287,26 @@ class Launcher:
     def run(self) -> int:
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, self.on_signal)
-        seeded, broker = self.prepare()
-        if self.stopping.is_set():
-            return 0
-        env = self.child_env()
         try:
+            seeded, broker = self.prepare()
+            if self.stopping.is_set():
+                return 0
+            env = self.child_env()
             for child in self.children_for(broker):
                 self.children.append(child)
                 child.start(self.out, env, verbose=self.verbose)
-            if self.wait_ready():
+            ready = self.wait_ready()
+            if ready:
                 self.banner(seeded)
                 agent = self.agent(seeded.agent_token_file)
                 self.children.append(agent)
                 agent.start(self.out, env, verbose=self.verbose)
+            elif not self.stopping.is_set() and not self.dead_child():
+                self.out.say(
+                    f"Takeover: nothing answers on port {self.port} and {self.downstream_port} "
+                    f"after {READY_TIMEOUT_SECONDS}s; stopping everything."
+                )
+                return 1
             dead = None
             while not self.stopping.is_set() and dead is None:
                 dead = self.dead_child()
