@@ -576,10 +576,12 @@ def approvals_inbox(tenant, *, recent=20):
         r.action_state_label = ActionState(r.action_state).label.lower() if r.action_state else ""
     for r in pending:
         r.age = age_label(r.created_at, now)
+        r.expires_in = age_label(now, r.expires_at)
         r.desired_rows = [(k, compact_json(v)) for k, v in r.desired_state.items()]
         r.waiting = r.action_state == ActionState.AWAITING_APPROVAL and r.expires_at > now
     for r in decided:
         r.approval = approvals.get(r.pk)
+        r.decided_age = age_label(r.decided_at, now)
     return pending, decided
 
 

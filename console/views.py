@@ -237,6 +237,7 @@ def _action_context(request, action, **extra) -> dict:
         "terminal": sel.is_terminal(action),
         "live_signature": live_signature,
         "controls_signature": controls_signature,
+        "age": sel.age_label(action.created_at),
         "resolve_form": ResolveForm(),
         "grant_form": GrantForm(),
         "deny_form": DenyForm(),

@@ -13,6 +13,7 @@ import uuid
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import connections
 from django.test.testcases import LiveServerThread
 
 from core.audit import Actor
@@ -20,11 +21,6 @@ from core.services import operator_create
 from runs import dispatch, services
 from runs.models import Action
 from tests.conftest import SETUP, Persona
-
-
-def agent_of(world) -> Actor:
-    return Actor("principal", world.principal.name)
-
 
 PASSWORD = "correct horse"
 CHROMIUM_ARGS = [
@@ -88,8 +84,8 @@ def new_page(browser, console_server):
     """Open a fresh browser context (its own cookies) at 1280×800; closed after the test."""
     contexts = []
 
-    def make():
-        context = browser.new_context(viewport={"width": 1280, "height": 800})
+    def make(**options):
+        context = browser.new_context(viewport={"width": 1280, "height": 800}, **options)
         context.set_default_timeout(10_000)
         contexts.append(context)
         return context.new_page()
@@ -97,6 +93,10 @@ def new_page(browser, console_server):
     yield make
     for context in contexts:
         context.close()
+    # While Playwright runs, this thread's ORM calls get database connections of their own
+    # (Django keeps connections in context-local storage, and Playwright's greenlets change
+    # the context); close them here, or they outlive the run and block dropping the test DB.
+    connections.close_all()
 
 
 def sign_in(page, server, persona, path="/"):
@@ -117,6 +117,10 @@ def add_operator(world, name: str, role: str, tenant=None) -> Persona:
         tenant=tenant or world.tenant, username=username, role=role, password=PASSWORD, actor=SETUP
     )
     return Persona(username, token)
+
+
+def agent_of(world) -> Actor:
+    return Actor("principal", world.principal.name)
 
 
 def user(persona):
@@ -200,7 +204,9 @@ def make_needs_human(world, *, run=None, target=None):
     dispatch.action_dispatch(action.pk)
     action = wait_state(action.pk, {"unknown", "needs_human"})
     if action.state == "unknown":
-        dispatch.action_reconcile(action.pk, manual=True)
+        # Not `manual`: this takes the reconcile lease, so a running worker's reconcile of
+        # the same action does not read too (the tests count reads).
+        dispatch.action_reconcile(action.pk)
     return wait_state(action.pk, "needs_human")
 
 

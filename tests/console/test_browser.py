@@ -96,6 +96,9 @@ def test_queue_left_open_shows_a_new_unknown_action_within_5_seconds(
     page.evaluate("window.scrollTo(0, document.body.scrollHeight)")
     scrolled = page.evaluate("window.scrollY")
     assert scrolled > 0
+    focused = page.locator("#queue-rows a").last
+    focused.focus()
+    focused_id = focused.get_attribute("id")
 
     newcomer = make_unknown(world)
     committed = time.monotonic()
@@ -104,6 +107,7 @@ def test_queue_left_open_shows_a_new_unknown_action_within_5_seconds(
     expect(page.locator(f"#row-{newcomer.pk}")).to_contain_text("unknown")
     assert page.evaluate("window.scrollY") >= scrolled  # still where the operator was
     assert page.get_by_label("Tool").input_value() == "update_ticket"
+    assert page.evaluate("document.activeElement.id") == focused_id  # keyboard place kept
     expect(page.locator('[data-count="unknown"]')).to_have_text("21")
 
 
@@ -162,27 +166,20 @@ def test_admin_force_replays_from_the_run_page(live_db, downstream, new_page, co
     expect(row).to_contain_text(str(new_run.pk)[:8])
 
 
-def test_pages_work_without_javascript(live_db, downstream, browser, console_server):
+def test_pages_work_without_javascript(live_db, downstream, new_page, console_server):
     world = make_world(downstream)
     action = make_needs_human(world)
-    context = browser.new_context(
-        java_script_enabled=False, viewport={"width": 1280, "height": 800}
-    )
-    try:
-        page = context.new_page()
-        sign_in(page, console_server, world.oncall)
-        page.get_by_role("link", name=action.target).click()
-        expect(page.locator('tr[data-field="status"]')).to_contain_text("differs")
-        page.get_by_role("button", name="Claim").click()
-        expect(page.locator("#claim-banner")).to_contain_text("You hold this action")
-        page.get_by_label("Reason").fill("Checked by phone with the customer.")
-        page.get_by_role("button", name="Resolve as succeeded").click()
-        expect(page.locator("#action-state")).to_have_text("succeeded")
-        page.get_by_role("link", name="Runs").click()
-        expect(page.locator(f'tr[data-run="{action.run_id}"]')).to_be_visible()
-        assert wait_state(action.pk, "succeeded").resolution == "resolved_by_operator"
-    finally:
-        context.close()
+    page = sign_in(new_page(java_script_enabled=False), console_server, world.oncall)
+    page.get_by_role("link", name=action.target).click()
+    expect(page.locator('tr[data-field="status"]')).to_contain_text("differs")
+    page.get_by_role("button", name="Claim").click()
+    expect(page.locator("#claim-banner")).to_contain_text("You hold this action")
+    page.get_by_label("Reason").fill("Checked by phone with the customer.")
+    page.get_by_role("button", name="Resolve as succeeded").click()
+    expect(page.locator("#action-state")).to_have_text("succeeded")
+    page.get_by_role("link", name="Runs").click()
+    expect(page.locator(f'tr[data-run="{action.run_id}"]')).to_be_visible()
+    assert wait_state(action.pk, "succeeded").resolution == "resolved_by_operator"
 
 
 def test_keyboard_signs_in_and_reaches_the_skip_link_first(live_db, new_page, console_server):

@@ -129,6 +129,7 @@ def test_operator_in_two_tenants_can_see_both_queues_at_once(live_db, downstream
         tenant=other.tenant, username=world.oncall.username, role="approver", actor=SETUP
     )
     client = signed_in(world.oncall)
+    client.post("/tenant/", {"tenant": world.tenant.slug})
     assert row_ids(client.get("/")) == [str(mine.pk)]
     assert row_ids(client.get(f"/?tenant={other.tenant.slug}")) == [str(theirs.pk)]
     assert set(row_ids(client.get("/?tenant=*"))) == {str(mine.pk), str(theirs.pk)}

@@ -223,13 +223,14 @@ def test_release_gives_the_claim_back(live_db, downstream):
 def test_recheck_reads_the_authoritative_state_again(live_db, downstream):
     world = make_world(downstream)
     action = make_needs_human(world)
-    reads = action.reconciliations.count()
+    mine = {"kind": "operator", "name": world.oncall.username}
+    assert not action.reconciliations.filter(actor=mine).exists()
     client = signed_in(world.oncall)
     response = client.post(f"/actions/{action.pk}/recheck/", follow=True)
     assert "Re-checked the authoritative state: differs from the desired state" in text(response)
-    assert action.reconciliations.count() == reads + 1
-    latest = action.reconciliations.order_by("-at").first()
-    assert latest.actor == {"kind": "operator", "name": world.oncall.username}
+    read = action.reconciliations.get(actor=mine)
+    assert read.verdict == "mismatch" and read.diff[0]["field"] == "status"
+    assert Action.objects.get(pk=action.pk).state == "needs_human"  # the person decides
 
 
 def test_action_live_poll_is_204_until_the_action_changes(live_db, downstream):

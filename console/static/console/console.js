@@ -14,4 +14,25 @@
     }
     return true;
   };
+
+  // A refused or failed HTMX request swaps nothing; say so instead of doing nothing.
+  document.addEventListener("htmx:responseError", function (event) {
+    var xhr = event.detail.xhr;
+    if (!xhr || event.detail.elt.classList.contains("poller")) return;
+    var text = {403: "Not allowed for your role.", 404: "Not found (or not in your tenant)."};
+    var message = (text[xhr.status] || "That did not work.") + " (HTTP " + xhr.status + ") ";
+    var main = document.getElementById("main");
+    var flash = document.getElementById("flash");
+    if (!flash) {
+      flash = document.createElement("div");
+      flash.id = "flash";
+      flash.className = "flash";
+      main.insertBefore(flash, main.firstChild);
+    }
+    var item = document.createElement("p");
+    item.className = "flash-item flash-error";
+    item.setAttribute("role", "alert");
+    item.textContent = message + "Reload the page to see the current state.";
+    flash.appendChild(item);
+  });
 })();

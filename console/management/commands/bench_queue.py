@@ -1,0 +1,319 @@
+"""``manage.py bench_queue`` (``make bench``): the queue page's server time at scale.
+
+It works in a database of its own, ``<your database>_bench`` on the same server, created and
+migrated on the first run, so 100,000 rows never land in the demo database. The outer command
+prepares that database and runs itself again (``--inner``) with ``DATABASE_URL`` pointing at
+it; the inner one fills it once and times the page.
+
+The data: one tenant with 100,000 actions, of which 10,000 are open (needs a person) and the
+rest settled, spread over 30 days, with the attempts and reconciliation reads an open action
+would have; written with ``bulk_create`` (ledger entries, then actions) — it is a load, not
+a history, so it writes no audit events. A second tenant holds 50 open actions: the same page
+with 50 rows is the baseline, measured in the same run, together with a bare ``SELECT 1``.
+
+Timing: the real view through the whole middleware stack (Django's test client, signed in as
+an on-call operator), warm-up first, then the median of N runs. Known quirk: the test
+client's own overhead (building the request, a signed session cookie) is included; it is
+the same for both pages, which is why the baseline is printed next to the figure.
+"""
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from contextlib import contextmanager
+from datetime import timedelta
+from urllib.parse import quote
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+from django.db import connection, transaction
+from django.test import Client
+from django.utils import timezone
+
+from core.models import Membership, Principal, Role, Tenant, Tool
+from ledger.models import LedgerEntry, LedgerStatus
+from runs.models import Action, Attempt, Reconciliation, Run
+from runs.states import OPEN_FOR_HUMANS
+
+BENCH_USER = "bench-oncall"
+
+
+def database_url(settings_dict, name) -> str:
+    s = settings_dict
+    auth = quote(s.get("USER") or "")
+    if s.get("PASSWORD"):
+        auth += ":" + quote(s["PASSWORD"])
+    host = s.get("HOST") or ""
+    if host.startswith("/") or not host:
+        query = f"?host={quote(host)}" if host else ""
+        if s.get("PORT"):
+            query += ("&" if query else "?") + f"port={s['PORT']}"
+        return f"postgresql://{auth}@/{name}{query}"
+    port = f":{s['PORT']}" if s.get("PORT") else ""
+    return f"postgresql://{auth}@{host}{port}/{name}"
+
+
+@contextmanager
+def own_created_at():
+    """Let bulk_create keep the created_at we give (auto_now_add would overwrite it)."""
+    field = Action._meta.get_field("created_at")
+    field.auto_now_add = False
+    try:
+        yield
+    finally:
+        field.auto_now_add = True
+
+
+class Command(BaseCommand):
+    help = "Time the console's queue page with 100,000 actions (10,000 open) in a bench database."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--actions", type=int, default=100_000)
+        parser.add_argument("--open", type=int, default=10_000)
+        parser.add_argument("--runs", type=int, default=50, help="timed requests per page")
+        parser.add_argument("--inner", action="store_true", help=Command.__doc__ and "internal")
+
+    def handle(self, *args, actions, open, runs, inner, **options):
+        if inner:
+            return self.bench(actions, open, runs)
+        bench_name = f"{connection.settings_dict['NAME']}_bench"
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", [bench_name])
+            exists = cursor.fetchone()
+        if not exists:
+            self.stdout.write(f"Creating the bench database {bench_name} …")
+            with connection.cursor() as cursor:
+                cursor.execute(f'CREATE DATABASE "{bench_name}"')
+        env = {**os.environ, "DATABASE_URL": database_url(connection.settings_dict, bench_name)}
+        manage = [sys.executable, "manage.py"]
+        subprocess.run([*manage, "migrate", "--no-input", "-v0"], env=env, check=True)
+        command = [*manage, "bench_queue", "--inner", f"--actions={actions}", f"--open={open}"]
+        subprocess.run([*command, f"--runs={runs}"], env=env, check=True)
+
+    # --- the inner run, on the bench database ----------------------------------------------
+
+    def bench(self, n_actions, n_open, n_runs):
+        user = self.bench_user()
+        big = self.tenant(f"bench-{n_actions}-{n_open}", n_actions, n_open, user)
+        small = self.tenant("bench-50-50", 50, 50, user)
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE")
+
+        client = Client()
+        client.force_login(user)
+        open_big = Action.objects.filter(tenant=big, state__in=OPEN_FOR_HUMANS).count()
+        total_big = Action.objects.filter(tenant=big).count()
+
+        def page(path):
+            response = client.get(path)
+            assert response.status_code in (200, 204), (path, response.status_code)
+            return response
+
+        def timed(path, runs=n_runs):
+            for _ in range(5):
+                page(path)
+            samples = []
+            for _ in range(runs):
+                started = time.perf_counter()
+                page(path)
+                samples.append((time.perf_counter() - started) * 1000)
+            return samples
+
+        def select_one(runs=n_runs * 4):
+            samples = []
+            with connection.cursor() as cursor:
+                for _ in range(runs):
+                    started = time.perf_counter()
+                    cursor.execute("SELECT 1")
+                    cursor.fetchone()
+                    samples.append((time.perf_counter() - started) * 1000)
+            return samples
+
+        # A page deep into the queue, by keyset cursor, to show the cost does not grow.
+        first = page(f"/?tenant={big.slug}")
+        deep_cursor = self.deep_cursor(big, 5_000)
+        refresh = first.content.decode().split("refresh=1&amp;v=")[1].split('"')[0]
+
+        results = [
+            (
+                f"queue page, {total_big:,} actions ({open_big:,} open), first page of 50",
+                timed(f"/?tenant={big.slug}"),
+            ),
+            (
+                "  same, page after the 5,000 oldest (keyset cursor)",
+                timed(f"/?tenant={big.slug}&after={deep_cursor}"),
+            ),
+            (
+                "  same, filtered: needs_human, one tool",
+                timed(f"/?tenant={big.slug}&state=needs_human&tool=tool_3"),
+            ),
+            (
+                "  live refresh with nothing new (204)",
+                timed_htmx(client, f"/?tenant={big.slug}&refresh=1&v={refresh}", n_runs),
+            ),
+            (
+                "baseline: queue page, a tenant with 50 actions (50 open)",
+                timed(f"/?tenant={small.slug}"),
+            ),
+            ("baseline: SELECT 1 round trip", select_one()),
+        ]
+        plan = self.plan(big)
+        self.stdout.write("")
+        self.stdout.write(f"Queue page server time, median of {n_runs} (after 5 warm-up requests):")
+        for label, samples in results:
+            median = statistics.median(samples)
+            p90 = statistics.quantiles(samples, n=10)[-1]
+            self.stdout.write(f"  {label:<68} median {median:7.2f} ms   p90 {p90:7.2f} ms")
+        headline = statistics.median(results[0][1])
+        verdict = "under" if headline < 100 else "OVER"
+        self.stdout.write(f"\nTarget < 100 ms: {headline:.1f} ms, {verdict} target.")
+        self.stdout.write(f"Rows query plan: {plan}")
+
+    def bench_user(self):
+        User = get_user_model()
+        user, created = User.objects.get_or_create(username=BENCH_USER)
+        if created:
+            user.set_unusable_password()
+            user.save(update_fields=["password"])
+        return user
+
+    def tenant(self, slug, n_actions, n_open, user) -> Tenant:
+        tenant = Tenant.objects.filter(slug=slug).first()
+        if tenant is not None:
+            return tenant  # filled in one transaction: present means complete
+        self.stdout.write(f"Loading {n_actions:,} actions ({n_open:,} open) into {slug} …")
+        started = time.monotonic()
+        with transaction.atomic():
+            tenant = Tenant.objects.create(slug=slug, name=slug)
+            Membership.objects.create(user=user, tenant=tenant, role=Role.ONCALL)
+            principal = Principal.objects.create(tenant=tenant, name="bench-agent")
+            tools = [
+                Tool.objects.create(
+                    tenant=tenant, name=f"tool_{i}", base_url="http://127.0.0.1:9/t"
+                )
+                for i in range(10)
+            ]
+            runs = Run.objects.bulk_create(
+                Run(
+                    tenant=tenant,
+                    principal=principal,
+                    trigger="api",
+                    session_id=uuid.uuid4().hex,
+                    status="error",
+                )
+                for _ in range(max(n_actions // 1000, 1))
+            )
+            self.load_actions(tenant, principal, tools, runs, n_actions, n_open)
+        self.stdout.write(f"  loaded in {time.monotonic() - started:.1f} s")
+        return tenant
+
+    def load_actions(self, tenant, principal, tools, runs, n_actions, n_open):
+        now = timezone.now()
+        span = timedelta(days=30)
+        # Open actions are spread evenly through the settled ones, as a real backlog is.
+        every = max(n_actions // max(n_open, 1), 1)
+        batch = 5_000
+        for start in range(0, n_actions, batch):
+            ids = range(start, min(start + batch, n_actions))
+            entries, actions = [], []
+            for i in ids:
+                action_id = uuid.uuid4()
+                is_open = i % every == 0 and i // every < n_open
+                state = (
+                    OPEN_FOR_HUMANS[(i // every) % 4]
+                    if is_open
+                    else ("succeeded" if i % 7 else "failed")
+                )
+                key = f"bench-{i}"
+                tool = tools[(i // 3) % len(tools)]
+                entries.append(
+                    LedgerEntry(
+                        id=uuid.uuid4(),
+                        tenant=tenant,
+                        key=key,
+                        fingerprint="0" * 64,
+                        tool=tool.name,
+                        action_id=action_id,
+                        status=LedgerStatus.UNKNOWN if is_open else LedgerStatus.APPLIED,
+                    )
+                )
+                actions.append(
+                    Action(
+                        id=action_id,
+                        tenant=tenant,
+                        run=runs[i % len(runs)],
+                        principal=principal,
+                        tool=tool,
+                        target=f"T-{i}",
+                        desired_state={"status": "closed", "note": f"n{i}"},
+                        expected_version=i % 5,
+                        idempotency_key=key,
+                        fingerprint="0" * 64,
+                        ledger_entry=entries[-1],
+                        state=state,
+                        block_reason="approval_denied" if state == "blocked" else "",
+                        failure_reason="rejected" if state == "failed" else "",
+                        created_at=now - span + span * (i / n_actions),
+                    )
+                )
+            LedgerEntry.objects.bulk_create(entries)
+            with own_created_at():
+                Action.objects.bulk_create(actions)
+            attempts, reads = [], []
+            for a in actions:
+                if a.state in ("unknown", "needs_human", "succeeded", "failed"):
+                    attempts.append(
+                        Attempt(
+                            action=a,
+                            number=1,
+                            started_at=a.created_at,
+                            finished_at=a.created_at,
+                            outcome="unknown",
+                            http_status=503,
+                        )
+                    )
+                if a.state == "needs_human":
+                    reads.append(
+                        Reconciliation(
+                            action=a,
+                            at=a.created_at,
+                            verdict="mismatch",
+                            diff=[{"field": "status", "desired": "closed", "actual": "open"}],
+                            authoritative={"state": {"status": "open"}, "version": 1},
+                        )
+                    )
+            Attempt.objects.bulk_create(attempts)
+            Reconciliation.objects.bulk_create(reads)
+
+    def deep_cursor(self, tenant, skip) -> str:
+        from core.api.pagination import encode_cursor
+
+        row = (
+            Action.objects.filter(tenant=tenant, state__in=OPEN_FOR_HUMANS)
+            .order_by("created_at", "pk")
+            .values_list("created_at", "pk")[skip : skip + 1]
+            .first()
+        )
+        return encode_cursor(*row) if row else ""
+
+    def plan(self, tenant) -> str:
+        from console.selectors import QueueFilters, queue_rows_queryset
+
+        qs = queue_rows_queryset(QueueFilters(tenant_ids=[tenant.pk])).order_by("created_at", "pk")
+        text = qs[:51].explain()
+        return "uses the partial index action_open_queue" if "action_open_queue" in text else text
+
+
+def timed_htmx(client, path, runs):
+    for _ in range(5):
+        client.get(path, HTTP_HX_REQUEST="true")
+    samples = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        response = client.get(path, HTTP_HX_REQUEST="true")
+        samples.append((time.perf_counter() - started) * 1000)
+        assert response.status_code == 204, response.status_code
+    return samples
