@@ -24,7 +24,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect, HttpResponseLocation
 
@@ -57,8 +57,11 @@ def operator_required(role: str | None = None):
         def wrapped(request, *args, **kwargs):
             if not request.user.is_authenticated:
                 if request.htmx:
-                    login = reverse("console:login") + "?next=" + request.get_full_path()
-                    return HttpResponseClientRedirect(login)
+                    # Back to the page the browser shows, not to the poll that found out.
+                    here = request.htmx.current_url_abs_path or reverse("console:queue")
+                    return HttpResponseClientRedirect(
+                        reverse("console:login") + "?" + urlencode({"next": here})
+                    )
                 return redirect_to_login(request.get_full_path())
             scope = sel.scope_for(request.user, request.session)
             if scope is None:
@@ -238,6 +241,7 @@ def _action_context(request, action, **extra) -> dict:
         "live_signature": live_signature,
         "controls_signature": controls_signature,
         "age": sel.age_label(action.created_at),
+        "request_age": sel.age_label(pending_request.created_at) if pending_request else "",
         "resolve_form": ResolveForm(),
         "grant_form": GrantForm(),
         "deny_form": DenyForm(),

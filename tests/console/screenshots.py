@@ -81,7 +81,7 @@ def test_screenshots(live_db, downstream, new_page, console_server):
     make_needs_human(w, run=run, target="TCK-4302")
     make_unknown(w, run=run, target="TCK-4388")
     make_unknown(w, run=run, target="TCK-4391")
-    make_awaiting(w, run=run, target="maria.lopez@example.com")
+    awaiting = make_awaiting(w, run=run, target="maria.lopez@example.com")
     make_awaiting(w, run=run, target="j.chen@example.com")
     denied = make_awaiting(w, run=run, target="all-customers@example.com")
     services.approval_request_deny(
@@ -102,12 +102,16 @@ def test_screenshots(live_db, downstream, new_page, console_server):
     )
 
     page = new_page()
+    page.goto(console_server("/login/"))
+    page.screenshot(path=str(OUT / "login.png"))
     sign_in(page, console_server, w.admin)
     shots = {
         "queue": "/",
         "action": f"/actions/{needs.pk}/",
         "approvals": "/approvals/",
         "audit": "/audit/",
+        "action-approval": f"/actions/{awaiting.pk}/",
+        "runs": "/runs/",
         "run": f"/runs/{failed_run.pk}/",
         "replays": "/replays/",
     }

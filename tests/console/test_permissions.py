@@ -151,9 +151,12 @@ def test_permission_matrix(live_db, scene, name, who):
 
 
 def test_htmx_request_of_anonymous_is_sent_to_sign_in_with_a_full_redirect(live_db, scene):
-    response = Client().get("/", HTTP_HX_REQUEST="true")
+    page = f"http://testserver/actions/{scene.needs.pk}/"
+    response = Client().get(
+        f"/actions/{scene.needs.pk}/?live=1&v=x", HTTP_HX_REQUEST="true", HTTP_HX_CURRENT_URL=page
+    )
     assert response.status_code == 200
-    assert response["HX-Redirect"].startswith("/login/?next=")
+    assert response["HX-Redirect"] == f"/login/?next=%2Factions%2F{scene.needs.pk}%2F"
 
 
 def test_queue_filter_naming_another_tenant_is_a_404(live_db, scene):

@@ -427,6 +427,11 @@ def test_audit_filters_and_csv_export(live_db, downstream):
     assert set(re.findall(r'data-object="([^"]+)"', by_object)) == {str(action.pk)}
     future = text(client.get("/audit/?since=2999-01-01T00:00"))
     assert "No events match." in future
+    bad_date = text(client.get("/audit/?verb=action.succeeded&since=yesterday"))
+    assert 'role="alert"' in bad_date  # the bad field is reported, the good one still applies
+    assert (
+        'data-verb="action.succeeded"' in bad_date and 'data-verb="action.propose"' not in bad_date
+    )
 
     rows = csv_rows(client.get(f"/audit.csv?object={action.pk}"))
     assert {r["object_id"] for r in rows} == {str(action.pk)}
