@@ -47,11 +47,6 @@ class QueueFilterForm(forms.Form):
         self.fields["tool"].choices = [("", "All tools")] + [(name, name) for name, _ in tools]
         self.current_slug = current_slug
 
-    def value(self, name):
-        if self.is_valid():
-            return self.cleaned_data.get(name) or ""
-        return ""
-
 
 class ResolveForm(forms.Form):
     outcome = forms.ChoiceField(

@@ -21,8 +21,8 @@ from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpResponse, StreamingHttpResponse
-from django.shortcuts import redirect, render
+from django.http import Http404, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
+from django.shortcuts import render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_POST
@@ -87,7 +87,9 @@ def _go(request, url: str):
     """After a POST: HTMX navigates with HX-Location, a plain form follows a 303."""
     if request.htmx:
         return HttpResponseLocation(url)
-    return redirect(url, permanent=False)
+    response = HttpResponseRedirect(url)
+    response.status_code = 303  # See Other: the browser follows with a GET
+    return response
 
 
 def _next_or(request, fallback: str) -> str:

@@ -70,7 +70,7 @@ def test_tenant_switcher_stores_the_slug_that_the_api_session_reads_too(live_db)
     client.get("/")
     target = other.tenant.slug
     response = client.post("/tenant/", {"tenant": target, "next": "/runs/"})
-    assert response.status_code == 302 and response["Location"] == "/runs/"
+    assert response.status_code == 303 and response["Location"] == "/runs/"
     assert client.session["tenant"] == target
     page = text(client.get("/"))
     assert f'<option value="{target}" selected>' in page

@@ -74,7 +74,9 @@ class Command(BaseCommand):
         parser.add_argument("--actions", type=int, default=100_000)
         parser.add_argument("--open", type=int, default=10_000)
         parser.add_argument("--runs", type=int, default=50, help="timed requests per page")
-        parser.add_argument("--inner", action="store_true", help=Command.__doc__ and "internal")
+        parser.add_argument(
+            "--inner", action="store_true", help="internal: load and time, in the bench database"
+        )
 
     def handle(self, *args, actions, open, runs, inner, **options):
         if inner:
