@@ -104,7 +104,7 @@ class AuditFilterForm(forms.Form):
         required=False,
         max_length=64,
         label="Verb",
-        widget=forms.TextInput(attrs={"placeholder": "action.resolve or action.", "list": "verbs"}),
+        widget=forms.TextInput(attrs={"placeholder": "action.failed, or action.", "list": "verbs"}),
     )
     object = forms.CharField(
         required=False,

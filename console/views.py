@@ -598,7 +598,7 @@ def _change_text(event) -> str:
     if before and after:
         return f"{before} → {after}"
     if event.after:
-        return sel.compact_json(event.after)[:160]
+        return sel.compact_json(event.after)
     return ""
 
 
