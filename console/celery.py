@@ -1,6 +1,10 @@
 import os
 
 from celery import Celery
+from kombu.transport import TRANSPORT_ALIASES
+
+# The default, serverless broker: our multi-process-safe variant of kombu's filesystem one.
+TRANSPORT_ALIASES["filesystem"] = "console.broker:Transport"
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 

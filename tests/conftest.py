@@ -34,23 +34,31 @@ SETUP = Actor("system", "tests")
 
 
 @pytest.fixture
-def live_db(django_db_setup, django_db_blocker):
-    """Autocommit access to the test database, visible to worker processes."""
+def transactional_db(django_db_setup, django_db_blocker):
+    """Autocommit access to the test database, visible to worker processes.
+
+    Replaces pytest-django's fixture of this name, which flushes every table with TRUNCATE
+    after each test: the append-only audit log refuses that by design. No flush here;
+    isolation comes from a fresh tenant per test. `live_server` asks for this fixture, and
+    asking for it is also what makes pytest-django create the test database at all.
+    """
+    from django.db import connection
+
+    assert connection.settings_dict["NAME"].startswith("test_"), "not the test database!"
     with django_db_blocker.unblock():
         yield
 
 
 @pytest.fixture
-def transactional_db(live_db):
-    """pytest-django's transactional_db flushes tables with TRUNCATE after each test, which
-    the append-only audit log refuses by design. Here it means `live_db`: committed data, no
-    flush. `live_server` asks for this fixture, so it works the same way."""
+def live_db(transactional_db):
+    """The name the tests use for `transactional_db` (committed data, no flush)."""
     return None
 
 
 def database_url() -> str:
     """The test database's URL, for worker processes."""
     s = connection.settings_dict
+    assert s["NAME"].startswith("test_"), "workers must never run on the real database"
     host = s.get("HOST") or ""
     auth = quote(s.get("USER") or "")
     if s.get("PASSWORD"):
@@ -213,6 +221,13 @@ def worker(django_db_setup, django_db_blocker, tmp_path_factory):
         w = start_worker(tmp_path_factory)
     yield w
     w.stop()
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        # A SIGKILLed worker's sessions linger until the server notices; end them so that
+        # the test database can be dropped.
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
 
 
 # --- personas ------------------------------------------------------------------------------
@@ -248,13 +263,9 @@ class World:
 
     def tool(self, name="update_ticket", prefix="tickets", **options):
         options.setdefault("timeout_seconds", 2)
-        return tool_create(
-            tenant=self.tenant,
-            name=name,
-            base_url=self.downstream.base(prefix) if self.downstream else "http://127.0.0.1:9",
-            actor=SETUP,
-            **options,
-        )
+        if "base_url" not in options:
+            options["base_url"] = self.downstream.base(prefix)
+        return tool_create(tenant=self.tenant, name=name, actor=SETUP, **options)
 
     def start_run(self, client=None, **body):
         client = client or self.agent.client()

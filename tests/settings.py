@@ -8,7 +8,8 @@ import os
 import tempfile
 
 os.environ.setdefault("CELERY_BROKER_DIR", tempfile.mkdtemp(prefix="takeover-test-broker-"))
-os.environ.setdefault("SAFE_RETRY_DELAY_SECONDS", "0.5")
+# Longer than the refusal window the safe-retry test opens, so the retry lands after it.
+os.environ.setdefault("SAFE_RETRY_DELAY_SECONDS", "3")
 os.environ.setdefault("DISPATCH_LEASE_GRACE_SECONDS", "3")
 os.environ.setdefault("QUEUED_REENQUEUE_AFTER_SECONDS", "5")
 os.environ.setdefault("SWEEP_INTERVAL_SECONDS", "1")

@@ -3,6 +3,7 @@ outbox), and the sweeper dispatches them once a worker can hear again."""
 
 import logging
 import uuid
+from contextlib import contextmanager
 
 import pytest
 
@@ -10,6 +11,26 @@ from console.celery import app
 from runs.models import Action
 
 pytestmark = pytest.mark.worker
+
+
+@contextmanager
+def broker_at(url):
+    """Point this process's Celery app at another broker, and back, with fresh pools."""
+
+    def fresh_pools():
+        if app._pool is not None:
+            app._pool.force_close_all()
+        app._pool = None
+        app.amqp._producer_pool = None
+
+    saved = app.conf.broker_url
+    app.conf.broker_url = url
+    fresh_pools()
+    try:
+        yield
+    finally:
+        app.conf.broker_url = saved
+        fresh_pools()
 
 
 def test_proposal_succeeds_while_the_broker_is_down_and_is_swept_later(world, worker, caplog):

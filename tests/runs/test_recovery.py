@@ -135,7 +135,9 @@ def test_approval_for_another_principal_or_target_is_a_mismatch(w, field):
 def test_connection_refused_before_send_gets_one_safe_retry(w):
     run = w.start_run()
     t, k = target(), key()
-    w.downstream.fault("refuse", seconds=0.3)
+    # Refused for 2.5 s: the first attempt (picked up well within that) cannot connect; the
+    # retry comes SAFE_RETRY_DELAY_SECONDS (3 s in tests) later, after the window.
+    w.downstream.fault("refuse", seconds=2.5)
     response = w.propose(
         run["id"], k, tool="update_ticket", target=t, desired_state={"status": "open"}
     )
@@ -143,6 +145,18 @@ def test_connection_refused_before_send_gets_one_safe_retry(w):
     assert action["state"] == "succeeded"
     assert [a["outcome"] for a in action["attempts"]] == ["not_sent", "applied"]
     assert w.downstream.mutations(t) == 1
+
+
+def test_a_request_that_never_leaves_fails_not_sent_after_exactly_one_retry(w):
+    w.tool("nowhere", base_url="http://127.0.0.1:9/tickets")  # nothing listens on port 9
+    run = w.start_run()
+    response = w.propose(
+        run["id"], key(), tool="nowhere", target=target(), desired_state={"status": "open"}
+    )
+    action = w.wait_action(response.json()["id"])
+    assert action["state"] == "failed"
+    assert action["failure_reason"] == "not_sent"
+    assert [a["outcome"] for a in action["attempts"]] == ["not_sent", "not_sent"]
 
 
 def test_commit_then_dropped_connection_is_unknown_then_reconciled(w):
