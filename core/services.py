@@ -97,3 +97,37 @@ def tool_create(
             },
         )
     return tool
+
+
+def token_issue(*, tenant: Tenant, actor: Actor, principal=None, user=None) -> tuple[ApiToken, str]:
+    """A new API token for a principal or an operator; the raw token is returned only here."""
+    with transaction.atomic():
+        token, raw = ApiToken.issue(principal=principal, user=user)
+        audit(
+            actor=actor,
+            verb="token.issue",
+            obj=token,
+            tenant=tenant,
+            after={"label": token.label, "owner": (principal or user).__str__()},
+        )
+    return token, raw
+
+
+TOOL_EDITABLE = {"base_url", "effect", "requires_approval", "identity_fields", "timeout_seconds"}
+
+
+def tool_update(tool: Tool, *, actor: Actor, reason: str = "", **changes) -> Tool:
+    """Change a tool's settings. Actions already proposed keep the intent they were given;
+    a changed base_url applies to dispatches from now on."""
+    if unknown := set(changes) - TOOL_EDITABLE:
+        raise ValidationFailed("Not editable.", {name: ["Cannot be changed."] for name in unknown})
+    with transaction.atomic():
+        tool = Tool.objects.select_for_update(no_key=True).get(pk=tool.pk)
+        before = {name: getattr(tool, name) for name in changes}
+        for name, value in changes.items():
+            setattr(tool, name, value)
+        tool.save(update_fields=list(changes))
+        audit(
+            actor=actor, verb="tool.update", obj=tool, before=before, after=changes, reason=reason
+        )
+    return tool

@@ -16,9 +16,7 @@
 Tokens are stored hashed and shown once, so a token file is kept while it still
 authenticates and re-issued otherwise (a fresh ``var/`` with an existing database, say).
 
-Quirks: re-issuing a token and re-pointing a tool at another ``DOWNSTREAM_PORT`` have no
-service in ``core.services``, so they are done here, each with its own audit event. An
-operator's password is set when the operator is created and never reset afterwards: if
+Quirk: an operator's password is set when the operator is created and never reset afterwards: if
 someone changed it, :func:`demo_setup` says so instead of printing a password that no
 longer works.
 """
@@ -27,11 +25,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
-from django.db import transaction
 
-from core.audit import Actor, audit
+from core.audit import Actor
 from core.models import ApiToken, Membership, Principal, Role, Tenant, Tool, hash_token
-from core.services import operator_create, principal_create, tenant_create, tool_create
+from core.services import (
+    operator_create,
+    principal_create,
+    tenant_create,
+    token_issue,
+    tool_create,
+    tool_update,
+)
 
 DEMO = Actor("system", "demo-setup")
 TENANT = "demo"
@@ -104,31 +108,8 @@ def _write_token(path: Path, raw: str) -> None:
 
 
 def _reissue_token(path: Path, *, tenant: Tenant, **owner) -> None:
-    with transaction.atomic():
-        token, raw = ApiToken.issue(**owner)
-        audit(
-            actor=DEMO,
-            verb="token.issue",
-            obj=token,
-            tenant=tenant,
-            after={"label": token.label, "file": path.name},
-        )
+    _token, raw = token_issue(tenant=tenant, actor=DEMO, **owner)
     _write_token(path, raw)
-
-
-def _repoint_tool(tool: Tool, base_url: str) -> None:
-    with transaction.atomic():
-        before = tool.base_url
-        tool.base_url = base_url
-        tool.save(update_fields=["base_url"])
-        audit(
-            actor=DEMO,
-            verb="tool.update",
-            obj=tool,
-            before={"base_url": before},
-            after={"base_url": base_url},
-            reason="make run: the demo downstream listens elsewhere (DOWNSTREAM_PORT)",
-        )
 
 
 def demo_setup(*, downstream_url: str, var_dir: Path) -> DemoSetup:
@@ -180,5 +161,10 @@ def demo_setup(*, downstream_url: str, var_dir: Path) -> DemoSetup:
             tool_create(tenant=tenant, actor=DEMO, **spec)
             result.created.append(f"tool {spec['name']}")
         elif tool.base_url != spec["base_url"]:
-            _repoint_tool(tool, spec["base_url"])
+            tool_update(
+                tool,
+                base_url=spec["base_url"],
+                actor=DEMO,
+                reason="make run: the demo downstream listens elsewhere (DOWNSTREAM_PORT)",
+            )
     return result
