@@ -38,8 +38,12 @@ class Channel(filesystem.Channel):
     def _get(self, queue):
         wanted = f"{queue}.msg"
         claimed_dir = os.path.join(self.processed_folder, "claimed")
-        os.makedirs(claimed_dir, exist_ok=True)
-        for name in sorted(os.listdir(self.data_folder_in)):
+        try:
+            os.makedirs(claimed_dir, exist_ok=True)
+            names = sorted(os.listdir(self.data_folder_in))
+        except OSError:
+            raise Empty() from None  # the directory is away (unmounted, moved): wait for it
+        for name in names:
             if name.partition(".")[2] != wanted:
                 continue
             claimed = os.path.join(claimed_dir, name)
