@@ -146,6 +146,7 @@ class Action(models.Model):
             # The open queue: what needs a person, oldest first (SPEC §8).
             models.Index(
                 fields=["tenant", "created_at", "id"],
+                include=["state", "tool"],  # counts per state and tool filters, index-only
                 condition=Q(state__in=OPEN_FOR_HUMANS),
                 name="action_open_queue",
             ),
