@@ -227,7 +227,12 @@ def _settle(action: Action, result: CallResult, *, actor: Actor) -> None:
             extra = {"lease_expires_at": None}
             if target == S.UNKNOWN:
                 extra["next_reconcile_at"] = timezone.now()
-            action_move(action, target, actor=actor, reason=result.detail[:500], **fields, **extra)
+            why = (
+                f"the tool answered HTTP {result.http_status}"
+                if result.outcome == AttemptOutcome.APPLIED
+                else result.detail[:500]
+            )
+            action_move(action, target, actor=actor, reason=why, **fields, **extra)
             if target == S.UNKNOWN:
                 enqueue_reconcile(action.pk)
         elif action.state == S.UNKNOWN and target in {S.SUCCEEDED, S.FAILED}:
