@@ -17,7 +17,8 @@ from django.http import Http404
 from django.utils import timezone
 
 from approvals.models import Approval, ApprovalRequest, RequestState
-from core.api.pagination import decode_cursor, encode_cursor
+from core.api import pagination
+from core.api.pagination import decode_cursor
 from core.audit import Actor
 from core.errors import ValidationFailed
 from core.models import AuditEvent, Membership, Role, Tool
@@ -140,31 +141,9 @@ def parse_cursor(raw: str | None):
         return None
 
 
-def after_key(qs, cursor, *, field_name="created_at", descending=False):
-    """Keyset condition: rows strictly after (field, id) in the page's order.
-
-    Written as `field >= c AND (field > c OR id > i)` rather than a bare OR, so that
-    PostgreSQL starts the index range at `c` instead of filtering from the beginning.
-    """
-    if cursor is None:
-        return qs
-    at, pk = cursor
-    if descending:
-        return qs.filter(
-            Q(**{f"{field_name}__lte": at}), Q(**{f"{field_name}__lt": at}) | Q(pk__lt=pk)
-        )
-    return qs.filter(Q(**{f"{field_name}__gte": at}), Q(**{f"{field_name}__gt": at}) | Q(pk__gt=pk))
-
-
 def keyset(qs, cursor, *, field_name="created_at", descending=False, size=PAGE_SIZE):
     """(rows, next_cursor) for one page, ordered by (field, id). Never OFFSET."""
-    order = (f"-{field_name}", "-pk") if descending else (field_name, "pk")
-    qs = after_key(qs.order_by(*order), cursor, field_name=field_name, descending=descending)
-    rows = list(qs[: size + 1])
-    more = len(rows) > size
-    rows = rows[:size]
-    next_cursor = encode_cursor(getattr(rows[-1], field_name), rows[-1].pk) if more else None
-    return rows, next_cursor
+    return pagination.keyset(qs, cursor, newest_first=descending, field=field_name, size=size)
 
 
 # --- the queue -----------------------------------------------------------------------------

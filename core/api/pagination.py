@@ -26,18 +26,32 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
         ) from exc
 
 
-def keyset_page(qs, cursor: str | None, *, newest_first=True, field="created_at", size=PAGE_SIZE):
-    """Return (rows, next_cursor) for `qs` ordered by (field, pk)."""
+def after(qs, cursor, *, field="created_at", newest_first=True):
+    """Rows strictly after the cursor (field value, id) in the page's order.
+
+    Written as `field <= c AND (field < c OR id < i)` rather than a bare OR, so that
+    PostgreSQL starts the index range at `c` instead of filtering from the beginning.
+    """
+    if cursor is None:
+        return qs
+    at, pk = cursor
     if newest_first:
-        qs = qs.order_by(f"-{field}", "-pk")
-    else:
-        qs = qs.order_by(field, "pk")
-    if cursor:
-        at, pk = decode_cursor(cursor)
-        op = "lt" if newest_first else "gt"
-        qs = qs.filter(Q(**{f"{field}__{op}": at}) | Q(**{field: at, f"pk__{op}": pk}))
+        return qs.filter(Q(**{f"{field}__lte": at}), Q(**{f"{field}__lt": at}) | Q(pk__lt=pk))
+    return qs.filter(Q(**{f"{field}__gte": at}), Q(**{f"{field}__gt": at}) | Q(pk__gt=pk))
+
+
+def keyset(qs, cursor, *, newest_first=True, field="created_at", size=PAGE_SIZE):
+    """(rows, next_cursor) for one page ordered by (field, id), after a decoded cursor."""
+    order = (f"-{field}", "-pk") if newest_first else (field, "pk")
+    qs = after(qs.order_by(*order), cursor, field=field, newest_first=newest_first)
     rows = list(qs[: size + 1])
     more = len(rows) > size
     rows = rows[:size]
     next_cursor = encode_cursor(getattr(rows[-1], field), rows[-1].pk) if more else None
     return rows, next_cursor
+
+
+def keyset_page(qs, cursor: str | None, *, newest_first=True, field="created_at", size=PAGE_SIZE):
+    """The API's pages: a malformed cursor is a 400 naming `cursor`."""
+    decoded = decode_cursor(cursor) if cursor else None
+    return keyset(qs, decoded, newest_first=newest_first, field=field, size=size)
