@@ -21,7 +21,19 @@ migrate: $(STAMP)
 run: $(STAMP)
 	$(BIN)/python -m console.launcher
 
-test: $(STAMP)
+# The console's browser tests drive Debian's Chromium headless. Installed here when missing
+# (as root, with apt), so that `make test` needs nothing but Python and make.
+CHROMIUM := /usr/bin/chromium
+$(CHROMIUM):
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "--- installing Debian's chromium for the browser tests"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	else \
+		echo "The browser tests need Chromium at $(CHROMIUM): sudo apt-get install chromium"; \
+		exit 1; \
+	fi
+
+test: $(STAMP) $(CHROMIUM)
 	$(BIN)/python manage.py makemigrations --check --dry-run
 	$(BIN)/pytest $(PYTEST_ARGS)
 
@@ -41,5 +53,5 @@ bench: $(STAMP)
 	$(BIN)/python manage.py bench_queue
 
 # 1280×800 screenshots of the console with demo data, into ./var/screenshots/.
-screenshots: $(STAMP)
+screenshots: $(STAMP) $(CHROMIUM)
 	$(BIN)/pytest tests/console/screenshots.py -q -p no:logging
