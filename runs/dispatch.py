@@ -272,7 +272,7 @@ def action_dispatch(action_id, *, actor: Actor = DISPATCHER) -> Action | None:
 # --- reconciliation -----------------------------------------------------------------------
 
 
-RECONCILE_LEASE = timedelta(seconds=60)
+RECONCILE_LEASE = timedelta(seconds=30)
 
 
 def _backoff(failures: int) -> timedelta:
@@ -291,9 +291,14 @@ def action_reconcile(action_id, *, actor: Actor = RECONCILER, manual: bool = Fal
     """
     now = timezone.now()
     if not manual:
+        timeout = (
+            Action.objects.filter(pk=action_id).values_list("tool__timeout_seconds", flat=True)
+        ).first() or 0
+        # Long enough for every read to time out, so no second reconciler starts meanwhile.
+        lease = RECONCILE_LEASE + timedelta(seconds=timeout * settings.RECONCILE_READ_ATTEMPTS)
         taken = Action.objects.filter(
             pk=action_id, state=S.UNKNOWN, next_reconcile_at__lte=now
-        ).update(next_reconcile_at=now + RECONCILE_LEASE)
+        ).update(next_reconcile_at=now + lease)
         if taken != 1:
             return Action.objects.get(pk=action_id)
     action = Action.objects.select_related("tool", "tenant", "principal").get(pk=action_id)
