@@ -303,8 +303,15 @@ def action_claim(request, pk):
     if action.state not in OPEN_FOR_HUMANS:
         messages.error(request, "Only an action in the queue can be claimed.")
         return _go(request, _action_url(action))
-    action, won = services.action_claim_for_operator(action, user=request.user, actor=scope.actor)
-    if won:
+    take_over = request.POST.get("take_over_from", "")
+    take_over = int(take_over) if take_over.isdigit() else None
+    holder = action.claimed_by.get_username() if action.claimed_by_id else None
+    action, won = services.action_claim_for_operator(
+        action, user=request.user, actor=scope.actor, take_over_from=take_over
+    )
+    if won and take_over:
+        messages.success(request, f"You took this action over from {holder}.")
+    elif won:
         messages.success(request, "You have claimed this action. Others see that you hold it.")
     else:
         messages.error(request, f"{action.claimed_by.get_username()} claimed this action first.")

@@ -464,22 +464,39 @@ def action_resolve(action: Action, *, outcome: str, reason: str, actor: Actor) -
     return action
 
 
-def action_claim_for_operator(action: Action, *, user, actor: Actor) -> tuple[Action, bool]:
-    """Take an open action so that a second on-call sees who has it. Returns (action, won)."""
+def action_claim_for_operator(
+    action: Action, *, user, actor: Actor, take_over_from=None
+) -> tuple[Action, bool]:
+    """Take an open action so that a second on-call sees who has it. Returns (action, won).
+
+    `take_over_from` (a user id) takes the claim from its holder (gone home, say), only if
+    that user still holds it, so two people taking over at once do not both win.
+    """
     with transaction.atomic():
         now = timezone.now()
-        won = (
-            Action.objects.filter(pk=action.pk, claimed_by__isnull=True).update(
-                claimed_by=user, claimed_at=now
-            )
-            == 1
-        )
+        holder = Action.objects.filter(pk=action.pk)
+        if take_over_from is None:
+            holder = holder.filter(claimed_by__isnull=True)
+        else:
+            holder = holder.filter(claimed_by_id=take_over_from)
+        won = holder.update(claimed_by=user, claimed_at=now) == 1
         action = Action.objects.select_related("claimed_by").get(pk=action.pk)
         if won:
+            from django.contrib.auth import get_user_model
+
+            before = None
+            if take_over_from is not None:
+                before = {
+                    "claimed_by": get_user_model()
+                    .objects.filter(pk=take_over_from)
+                    .values_list("username", flat=True)
+                    .first()
+                }
             audit(
                 actor=actor,
-                verb="action.claim",
+                verb="action.claim" if take_over_from is None else "action.claim_take_over",
                 obj=action,
+                before=before,
                 after={"claimed_by": user.get_username()},
             )
     return action, won or action.claimed_by_id == user.pk

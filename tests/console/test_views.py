@@ -210,6 +210,31 @@ def test_claim_is_seen_by_a_second_oncall_who_must_override_to_resolve(live_db, 
     assert Action.objects.get(pk=action.pk).state == "succeeded"
 
 
+def test_a_second_oncall_can_take_over_an_abandoned_claim(live_db, downstream):
+    world = make_world(downstream)
+    action = make_needs_human(world)
+    second = add_operator(world, "oncall2", Role.ONCALL)
+    signed_in(world.oncall).post(f"/actions/{action.pk}/claim/")
+    holder_id = Action.objects.get(pk=action.pk).claimed_by_id
+    second_client = signed_in(second)
+    page = text(second_client.get(f"/actions/{action.pk}/"))
+    assert f"Take over from {world.oncall.username}" in page
+
+    taken = second_client.post(
+        f"/actions/{action.pk}/claim/", {"take_over_from": holder_id}, follow=True
+    )
+    assert f"You took this action over from {world.oncall.username}" in text(taken)
+    assert Action.objects.get(pk=action.pk).claimed_by.username == second.username
+    event = AuditEvent.objects.get(object_id=str(action.pk), verb="action.claim_take_over")
+    assert event.before == {"claimed_by": world.oncall.username}
+    # A stale take-over (the claim moved on meanwhile) wins nothing.
+    stale = signed_in(world.oncall).post(
+        f"/actions/{action.pk}/claim/", {"take_over_from": holder_id}, follow=True
+    )
+    assert f"{second.username} claimed this action first" in text(stale)
+    assert Action.objects.get(pk=action.pk).claimed_by.username == second.username
+
+
 def test_release_gives_the_claim_back(live_db, downstream):
     world = make_world(downstream)
     action = make_needs_human(world)
