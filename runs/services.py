@@ -256,7 +256,7 @@ def action_propose(
         "desired_state": desired_state,
         "expected_version": expected_version,
     }
-    print_ = intent_fingerprint(**intent)
+    intent_fp = intent_fingerprint(**intent)
     with transaction.atomic():
         run = Run.objects.get(pk=run.pk)
         if run.status != RunStatus.RUNNING:
@@ -267,7 +267,7 @@ def action_propose(
             entry = ledger_reserve(
                 tenant=tenant,
                 key=idempotency_key,
-                fingerprint=print_,
+                fingerprint=intent_fp,
                 tool=tool.name,
                 action_id=action_id,
                 actor=actor,
@@ -287,7 +287,7 @@ def action_propose(
                     True,
                     False,
                 )
-        if entry.fingerprint != print_:
+        if entry.fingerprint != intent_fp:
             raise IdempotencyConflict(
                 "This Idempotency-Key was already used for a different intent "
                 "(principal, tool, target, identity fields or expected_version differ). "
