@@ -217,3 +217,14 @@ def test_schema_is_served(w):
     response = w.agent.client().get("/api/v1/schema/")
     assert response.status_code == 200
     assert b"/api/v1/runs/{id}/actions" in response.content
+
+
+def test_api_docs_are_served_from_our_own_static_files(w):
+    import re
+
+    from rest_framework.test import APIClient
+
+    page = APIClient().get("/api/v1/docs/").content.decode()
+    sources = re.findall(r'(?:src|href)="([^"]+)"', page)
+    assert any("swagger-ui" in s for s in sources)
+    assert [s for s in sources if s.startswith(("http:", "https:", "//"))] == []
