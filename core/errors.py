@@ -44,12 +44,6 @@ class InputGone(DomainError):
     title = "Input file no longer stored"
 
 
-class PermissionDenied(DomainError):
-    slug = "permission-denied"
-    status = 403
-    title = "Permission denied"
-
-
 class ValidationFailed(DomainError):
     slug = "validation-error"
     status = 400

@@ -106,10 +106,6 @@ def run_dict(run, *, with_actions=True) -> dict:
     return data
 
 
-def who(value) -> dict | None:
-    return value or None
-
-
 def approval_dict(approval) -> dict:
     return {
         "id": str(approval.pk),
@@ -138,7 +134,7 @@ def approval_request_dict(request) -> dict:
         "tenant": request.tenant.slug,
         "created_at": _iso(request.created_at),
         "expires_at": _iso(request.expires_at),
-        "decided_by": who(request.decided_by),
+        "decided_by": request.decided_by or None,
         "decided_at": _iso(request.decided_at),
         "reason": request.reason or None,
     }

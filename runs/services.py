@@ -5,7 +5,6 @@ The dispatch path (claim → HTTP → settle) and reconciliation live in `runs/d
 """
 
 import hashlib
-import logging
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
@@ -18,15 +17,19 @@ from approvals import services as approvals
 from approvals.models import Approval, ApprovalRequest, RequestState
 from core.audit import Actor, audit
 from core.canonical import canonical_json, fingerprint
-from core.errors import IdempotencyConflict, RunNotRunning, StateConflict
+from core.errors import (
+    IdempotencyConflict,
+    InputGone,
+    ReplayRefused,
+    RunNotRunning,
+    StateConflict,
+)
 from ledger.models import LedgerStatus
 from ledger.services import ledger_live_entry, ledger_reserve, ledger_set_status
 
-from .models import Action, Run
+from .models import Action, Replay, Run
 from .states import ActionState as S
 from .states import BlockReason, Resolution, RunStatus, check_move
-
-logger = logging.getLogger(__name__)
 
 LEDGER_STATUS_FOR = {
     S.AWAITING_APPROVAL: LedgerStatus.RESERVED,
@@ -660,10 +663,6 @@ def run_replay(run: Run, *, force: bool, reason: str, actor: Actor) -> Run:
 
     The caller checks that only an admin forces and that a force has a reason.
     """
-    from core.errors import InputGone, ReplayRefused
-
-    from .models import Replay
-
     with transaction.atomic():
         run = Run.objects.select_for_update(no_key=True).get(pk=run.pk)
         verdict = replay_verdict(run)

@@ -23,9 +23,6 @@ class ActionState(models.TextChoices):
 
 S = ActionState
 
-# state reached at proposal, by who decides it
-INITIAL = {S.AWAITING_APPROVAL, S.QUEUED, S.BLOCKED}
-
 TRANSITIONS: dict[str, set[str]] = {
     S.AWAITING_APPROVAL: {S.QUEUED, S.BLOCKED},
     S.QUEUED: {S.DISPATCHING, S.BLOCKED},

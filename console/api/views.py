@@ -19,7 +19,7 @@ from approvals.models import Approval, ApprovalRequest
 from core.api.pagination import keyset_page
 from core.api.permissions import require_operator, require_principal
 from core.api.problems import problem
-from core.errors import ValidationFailed
+from core.errors import StateConflict, ValidationFailed
 from core.models import AuditEvent, Principal, Role, Tool
 from core.services import principal_create, tool_create
 from ledger.models import LedgerEntry
@@ -327,7 +327,7 @@ def action_reconcile(request, pk):
     require_operator(request, Role.ONCALL)
     action = get_action_for(request.user, pk)
     if action.state not in {"unknown", "needs_human"}:
-        raise services.StateConflict(
+        raise StateConflict(
             f"Only an unknown or needs_human action can be re-checked; this one is {action.state}."
         )
     dispatch.action_reconcile(action.pk, actor=request.user.actor, manual=True)
