@@ -123,6 +123,9 @@ class Action(models.Model):
         related_name="claimed_actions",
     )
     claimed_at = models.DateTimeField(null=True, blank=True)
+    # The id of the request that proposed it: the worker that dispatches it logs and audits
+    # under the same id, so one proposal can be followed from HTTP to the tool call.
+    request_id = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         constraints = [

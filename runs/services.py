@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from approvals import services as approvals
 from approvals.models import Approval, ApprovalRequest, RequestState
-from core.audit import Actor, audit
+from core.audit import Actor, audit, request_id_var
 from core.canonical import canonical_json, fingerprint
 from core.errors import (
     IdempotencyConflict,
@@ -340,6 +340,7 @@ def _create_action(
         block_reason=block_reason,
         approval_id=approval_id,
         enqueued_at=now if state == S.QUEUED else None,
+        request_id=request_id_var.get(),
         **binding,
     )
     if state == S.AWAITING_APPROVAL:
