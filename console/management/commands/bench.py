@@ -89,7 +89,7 @@ class Command(BaseCommand):
         out(f"pgbench TPC-B ({opts['pgbench_seconds']} s, 4 clients): {tps:.0f} tps")
 
         tenant = tenant_create(slug=f"bench-{uuid.uuid4().hex[:6]}", actor=SYSTEM)
-        principal, token = principal_create(tenant=tenant, name="bench-agent", actor=SYSTEM)
+        _principal, token = principal_create(tenant=tenant, name="bench-agent", actor=SYSTEM)
         work_dir = Path(tempfile.mkdtemp(prefix="takeover-bench-"))
         stack = loadgen.Stack(
             database_url(connection.settings_dict, connection.settings_dict["NAME"]),
@@ -267,7 +267,7 @@ def postmaster_pid() -> int | None:
             cursor.execute("SHOW data_directory")
             data_dir = Path(cursor.fetchone()[0])
         return int((data_dir / "postmaster.pid").read_text().split()[0])
-    except Exception:  # noqa: BLE001 -- not ours to read: no PostgreSQL CPU figure
+    except Exception:  # not ours to read: no PostgreSQL CPU figure
         return None
 
 
