@@ -49,6 +49,16 @@ def transactional_db(django_db_setup, django_db_blocker):
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _stop_wait_listener(django_db_setup):
+    """API tests that wait start this process's LISTEN connection; it must be gone before
+    the test database is dropped (torn down before `django_db_setup`)."""
+    yield
+    from runs.notify import waiters
+
+    waiters.stop()
+
+
 @pytest.fixture
 def live_db(transactional_db):
     """The name the tests use for `transactional_db` (committed data, no flush)."""
