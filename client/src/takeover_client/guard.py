@@ -115,11 +115,13 @@ def guard(
         arguments = dict(bound.arguments)
         target = _pick(target_from, arguments, "target_from")
         if desired is None:
-            desired = {
-                k: v
-                for k, v in arguments.items()
-                if not (isinstance(target_from, str) and k == target_from)
+            # Every argument but those that name the target, key, version or approval.
+            used = {
+                spec
+                for spec in (target_from, key_from, expected_version_from, approval_id_from)
+                if isinstance(spec, str)
             }
+            desired = {k: v for k, v in arguments.items() if k not in used}
         if not isinstance(desired, dict):
             raise TypeError(f"{fn.__name__} must return the desired state as a dict (or None)")
         return {
