@@ -140,7 +140,8 @@ def table(rows: list[dict], columns: list[tuple[str, str, int]]) -> None:
     widths = [
         max(len(heading), *(len(c[i]) for c in cells)) for i, (heading, _, _) in enumerate(columns)
     ]
-    click.echo("  ".join(h.upper().ljust(w) for (h, _, _), w in zip(columns, widths, strict=True)))
+    header = "  ".join(h.upper().ljust(w) for (h, _, _), w in zip(columns, widths, strict=True))
+    click.echo(header.rstrip())
     for row in cells:
         click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
