@@ -1,6 +1,7 @@
 """takeover_client against a running server: every outcome a runtime meets (SPEC §3)."""
 
 import asyncio
+import hashlib
 import threading
 import time
 
@@ -17,6 +18,7 @@ from takeover_client import (
     Takeover,
     Unavailable,
     current_run,
+    idempotency_key,
 )
 
 from ..runs.test_unavailable import database_down
@@ -223,3 +225,28 @@ def test_the_async_client_waits_and_raises_the_same_way(w, live_server):
     ok, data = asyncio.run(scenario())
     assert ok.state == "succeeded"
     assert data["status"] == "success" and data["tools_executed"] == ["update_ticket"]
+
+
+def test_an_input_file_is_uploaded_and_copied_at_start(w, agent, tmp_path):
+    path = tmp_path / "ticket.json"
+    path.write_bytes(b'{"ticket": "T-1", "text": "It works now"}')
+    with agent.start_run("webhook", {"a": 1}, path, event_id=event()) as run:
+        pass
+    data = agent.run(run.id).data
+    assert data["input_file"]["name"] == "ticket.json"
+    assert data["input_file"]["size"] == path.stat().st_size
+    assert data["input_file"]["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert data["config"] == {"a": 1, "event_id": run.event_id}
+
+
+def test_idempotency_keys_come_from_stable_intent():
+    assert idempotency_key("evt_1", "send_email", "  Alice@Example.COM ") == (
+        "evt_1:send_email:alice@example.com"
+    )
+    assert idempotency_key("evt_1", "update_ticket", " T-1042 ") == "evt_1:update_ticket:T-1042"
+    assert idempotency_key("slot 09:00", "t", "café") == "slot%2009:00:t:caf%C3%A9"
+    long = idempotency_key("evt", "t", "x" * 400)
+    assert len(long) <= 255 and long == idempotency_key("evt", "t", "x" * 400)
+    assert long != idempotency_key("evt", "t", "x" * 399)
+    with pytest.raises(ValueError):
+        idempotency_key("", "t", "x")

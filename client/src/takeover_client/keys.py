@@ -41,7 +41,7 @@ def idempotency_key(event_id: str, tool: str, target: str) -> str:
       duplicate delivery or a replay of the run then yields the same key.
     - Never pass generated content (model text, a hash of a body, a random UUID).
 
-    Keys longer than 255 characters keep their first 190 characters and end with the
+    Keys longer than 255 characters keep their first 183 characters and end with the
     SHA-256 of the whole key, so long targets still give distinct, stable keys.
     """
     if not event_id or not str(event_id).strip():
@@ -50,5 +50,6 @@ def idempotency_key(event_id: str, tool: str, target: str) -> str:
         raise ValueError("tool is required")
     key = ":".join(_visible(p) for p in (str(event_id).strip(), tool, normalize_target(target)))
     if len(key) > MAX_KEY_LENGTH:
-        key = f"{key[:190]}~sha256:{hashlib.sha256(key.encode()).hexdigest()}"
+        digest = hashlib.sha256(key.encode()).hexdigest()
+        key = f"{key[: MAX_KEY_LENGTH - 72]}~sha256:{digest}"
     return key
