@@ -14,6 +14,7 @@ from takeover_client import (
     IdempotencyConflict,
     NeedsHuman,
     Pending,
+    Run,
     RunNotRunning,
     Takeover,
     Unavailable,
@@ -127,15 +128,19 @@ def test_awaiting_approval_is_pending_until_granted(w, agent, operator):
         assert outcome.wait(30, poll_approval=0.5).state == "succeeded"
 
 
-def test_503_with_retry_after_is_retried_until_the_database_is_back(w, agent):
+def test_503_with_retry_after_is_retried_until_the_database_is_back(w, agent, caplog):
+    caplog.set_level("INFO", logger="takeover_client")
     target = ticket()
     with agent.start_run("api", {}, event_id=event()) as run:
+        # A new HTTP connection, so a new server thread that must open a database connection
+        # (an open keep-alive connection would carry on with its healthy session).
+        fresh = Run(Takeover(agent.url, w.agent.token, retry_for=10), run.data)
         with database_down():
             restored = threading.Event()
 
             def propose():
                 try:
-                    propose.result = run.propose("update_ticket", target, {"status": "open"})
+                    propose.result = fresh.propose("update_ticket", target, {"status": "open"})
                 except Exception as exc:
                     propose.result = exc
                 restored.set()
@@ -148,6 +153,8 @@ def test_503_with_retry_after_is_retried_until_the_database_is_back(w, agent):
         assert restored.is_set()
         assert not isinstance(propose.result, Exception), propose.result
         assert time.monotonic() - started >= 2
+        retries = [r.getMessage() for r in caplog.records if r.name == "takeover_client"]
+        assert retries and all("503, Retry-After 2; retrying in 2.0 s" in m for m in retries)
         assert propose.result.wait(30).state == "succeeded"
     assert w.downstream.mutations(target) == 1
 

@@ -31,6 +31,16 @@ current_run_var: contextvars.ContextVar[Any] = contextvars.ContextVar(
 )
 
 
+class Default:
+    """The type of DEFAULT: "not given" where None means something (tools_called)."""
+
+    def __repr__(self) -> str:
+        return "DEFAULT"
+
+
+DEFAULT = Default()
+
+
 def current_run():
     """The run of the innermost `with run:` block in this context, or None."""
     return current_run_var.get()

@@ -17,6 +17,7 @@ import httpx
 from . import _core
 from .client import DEFAULT_HEARTBEAT_EVERY, DEFAULT_RETRY_FOR, DEFAULT_TIMEOUT
 from .errors import RunNotRunning, TakeoverError
+from .keys import idempotency_key
 
 logger = logging.getLogger("takeover_client")
 
@@ -173,8 +174,6 @@ class AsyncRun:
     replay_of = property(lambda self: self.data.get("replay_of"))
 
     def key(self, tool: str, target: str) -> str:
-        from .keys import idempotency_key
-
         if not self.event_id:
             raise ValueError("this run has no event_id: start it with start_run(event_id=...)")
         return idempotency_key(self.event_id, tool, target)
@@ -227,10 +226,10 @@ class AsyncRun:
         status: str = "success",
         error_message: str = "",
         *,
-        tools_called: list[str] | type[...] | None = ...,
+        tools_called: list[str] | _core.Default | None = _core.DEFAULT,
     ) -> dict:
         await self._stop_heartbeats()
-        if tools_called is ...:
+        if isinstance(tools_called, _core.Default):
             tools_called = self.tools_called
         body = {"status": status, "error_message": error_message, "tools_called": tools_called}
         self.data = await self.client.post(f"/runs/{self.id}/finish", body)

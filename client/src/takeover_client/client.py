@@ -14,6 +14,7 @@ import httpx
 
 from . import _core
 from .errors import RunNotRunning, TakeoverError
+from .keys import idempotency_key
 
 logger = logging.getLogger("takeover_client")
 
@@ -258,8 +259,6 @@ class Run:
 
     def key(self, tool: str, target: str) -> str:
         """The idempotency key of `tool` on `target` for this run's trigger."""
-        from .keys import idempotency_key
-
         if not self.event_id:
             raise ValueError("this run has no event_id: start it with start_run(event_id=...)")
         return idempotency_key(self.event_id, tool, target)
@@ -314,12 +313,12 @@ class Run:
         status: str = "success",
         error_message: str = "",
         *,
-        tools_called: list[str] | type[...] | None = ...,
+        tools_called: list[str] | _core.Default | None = _core.DEFAULT,
     ) -> dict:
         """Finish the run. `tools_called` defaults to what this object proposed; pass None
         when the runtime cannot tell what it called."""
         self._stop_heartbeats()
-        if tools_called is ...:
+        if isinstance(tools_called, _core.Default):
             tools_called = self.tools_called
         body = {"status": status, "error_message": error_message, "tools_called": tools_called}
         self.data = self.client.post(f"/runs/{self.id}/finish", body)
