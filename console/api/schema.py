@@ -1,5 +1,5 @@
 """What API v1 answers, for the OpenAPI schema (SPEC §7). Documentation only: the views
-answer with `runs.presenters`' dicts, and `tests/api/test_schema.py` validates real answers
+answer with `runs.presenters`' dicts, and `tests/openapi/test_schema.py` validates real answers
 against these shapes, so the two cannot drift apart unnoticed.
 
 - Resource serializers mirror the presenters field by field.

@@ -29,8 +29,8 @@ from .errors import ApiError, Unauthenticated, Unavailable
 
 
 class Context:
-    def __init__(self, url: str, token: str | None, tenant: str | None) -> None:
-        self.url, self.token, self.tenant = url, token, tenant
+    def __init__(self, url: str, token: str | None, tenant: str | None, retry_for: float) -> None:
+        self.url, self.token, self.tenant, self.retry_for = url, token, tenant, retry_for
         self._client: Takeover | None = None
 
     @property
@@ -40,8 +40,10 @@ class Context:
                 raise click.UsageError(
                     "No token: set TAKEOVER_TOKEN, or pass --token/--token-file."
                 )
-            # A person is waiting: retry a 503 or a refused connection for 10 s, not 30.
-            self._client = Takeover(self.url, self.token, tenant=self.tenant, retry_for=10)
+            # A person is waiting: by default 10 s of retries, not the library's 30.
+            self._client = Takeover(
+                self.url, self.token, tenant=self.tenant, retry_for=self.retry_for
+            )
         return self._client
 
 
@@ -71,12 +73,25 @@ def _token(token: str | None, token_file: Path | None) -> str | None:
     envvar="TAKEOVER_TENANT",
     help="Tenant slug, for an operator in several (TAKEOVER_TENANT).",
 )
+@click.option(
+    "--retry-for",
+    envvar="TAKEOVER_RETRY_FOR",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="Seconds to retry a 503 or a refused connection (TAKEOVER_RETRY_FOR).",
+)
 @click.pass_context
 def main(
-    ctx: click.Context, url: str, token: str | None, token_file: Path | None, tenant: str | None
+    ctx: click.Context,
+    url: str,
+    token: str | None,
+    token_file: Path | None,
+    tenant: str | None,
+    retry_for: float,
 ) -> None:
     """Work Takeover's queue, approvals, runs, ledger and audit log from a terminal."""
-    ctx.obj = Context(url, _token(token, token_file), tenant)
+    ctx.obj = Context(url, _token(token, token_file), tenant, retry_for)
 
 
 RENDERERS: dict[str, Callable[[Any], None]] = {}  # command name → how a person sees it

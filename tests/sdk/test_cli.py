@@ -123,6 +123,6 @@ def test_the_installed_command_runs_and_reports_errors(w, live_server):
     env["TAKEOVER_TOKEN"] = w.oncall.token
     done = subprocess.run([command, "queue", "--json"], env=env, capture_output=True, text=True)
     assert done.returncode == 0 and json.loads(done.stdout) == []
-    env["TAKEOVER_URL"] = "http://127.0.0.1:9"
+    env.update(TAKEOVER_URL="http://127.0.0.1:9", TAKEOVER_RETRY_FOR="1")
     done = subprocess.run([command, "queue"], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 3 and "unavailable" in done.stderr
