@@ -4,8 +4,9 @@
         python examples/langgraph_ticket.py --event evt_1 --ticket T-1001
 
 The chat model is LangChain's `GenericFakeChatModel` with a script: one tool call, then an
-answer. No API key, no network but Takeover. Prints one JSON line: the tool's result as the
-model saw it, the final answer and the run id.
+answer. No API key, no network but Takeover. Prints one JSON line per delivery of the
+message: the tool's result as the model saw it, the final answer and the run id. With
+`--deliveries 2` the second delivery's tool call is a ledger hit.
 """
 
 import argparse
@@ -46,31 +47,38 @@ def build_graph(model):
     return graph.compile()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--event", required=True, help="the trigger's event id")
-    parser.add_argument("--ticket", required=True)
-    args = parser.parse_args()
+def handle(client: Takeover, event: str, ticket: str) -> dict:
+    """One delivery of the chat message: a run, the graph, the run finished by `with`."""
     call = {
         "name": "update_ticket",
-        "args": {"ticket_id": args.ticket, "status": "solved"},
+        "args": {"ticket_id": ticket, "status": "solved"},
         "id": "call_1",
         "type": "tool_call",
     }
-    model = ScriptedChatModel(
-        messages=iter(
-            [AIMessage(content="", tool_calls=[call]), AIMessage(f"Ticket {args.ticket} solved.")]
-        )
-    ).bind_tools([update_ticket])
-    app = build_graph(model)
-    with Takeover(os.environ["TAKEOVER_URL"], os.environ["TAKEOVER_TOKEN"]) as client:
-        config = {"ticket": args.ticket, "message": "It works now, thanks!"}
-        with client.start_run("chat", config, event_id=args.event) as run:
-            state = app.invoke({"messages": [HumanMessage(config["message"])]})
+    script = [AIMessage(content="", tool_calls=[call]), AIMessage(f"Ticket {ticket} solved.")]
+    app = build_graph(ScriptedChatModel(messages=iter(script)).bind_tools([update_ticket]))
+    config = {"ticket": ticket, "message": "It works now, thanks!"}
+    with client.start_run("chat", config, event_id=event) as run:
+        state = app.invoke({"messages": [HumanMessage(config["message"])]})
     outputs = [json.loads(m.content) for m in state["messages"] if isinstance(m, ToolMessage)]
-    print(
-        json.dumps({"run": run.id, "tool_results": outputs, "final": state["messages"][-1].content})
+    return {"run": run.id, "tool_results": outputs, "final": state["messages"][-1].content}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--event", required=True, help="the chat message's id (the trigger)")
+    parser.add_argument("--ticket", required=True)
+    parser.add_argument(
+        "--deliveries",
+        type=int,
+        default=1,
+        help="deliver the same message this many times (at-least-once delivery): every "
+        "delivery after the first is answered from Takeover's ledger",
     )
+    args = parser.parse_args()
+    with Takeover(os.environ["TAKEOVER_URL"], os.environ["TAKEOVER_TOKEN"]) as client:
+        for _ in range(args.deliveries):
+            print(json.dumps(handle(client, args.event, args.ticket)), flush=True)
 
 
 if __name__ == "__main__":

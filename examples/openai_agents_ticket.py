@@ -4,8 +4,9 @@
         python examples/openai_agents_ticket.py --event evt_1 --ticket T-1001
 
 The model is the SDK's own `ScriptedModel`: it calls `update_ticket` once, then answers.
-No API key, no network but Takeover (tracing is disabled). Prints one JSON line: the tool's
-result as the model saw it, the agent's final answer, and the run id.
+No API key, no network but Takeover (tracing is disabled). Prints one JSON line per
+delivery of the message: the tool's result as the model saw it, the agent's final answer and
+the run id. With `--deliveries 2` the second delivery's tool call is a ledger hit.
 """
 
 import argparse
@@ -31,23 +32,16 @@ async def update_ticket(ticket_id: str, status: str) -> dict:
     return {"status": status}  # the desired state: Takeover applies it, exactly once
 
 
-async def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--event", required=True, help="the trigger's event id")
-    parser.add_argument("--ticket", required=True)
-    args = parser.parse_args()
-    set_tracing_disabled(True)
-
+async def handle(client: AsyncTakeover, event: str, ticket: str) -> dict:
+    """One delivery of the chat message: a run, the agent, the run finished by `async with`."""
     model = ScriptedModel(
         [
             [
                 function_call(
-                    "update_ticket",
-                    {"ticket_id": args.ticket, "status": "solved"},
-                    call_id="call_1",
+                    "update_ticket", {"ticket_id": ticket, "status": "solved"}, call_id="call_1"
                 )
             ],
-            [assistant_message(f"Ticket {args.ticket} is solved.")],
+            [assistant_message(f"Ticket {ticket} is solved.")],
         ]
     )
     agent = Agent(
@@ -56,13 +50,30 @@ async def main() -> None:
         model=model,
         tools=[update_ticket],
     )
-    async with AsyncTakeover(os.environ["TAKEOVER_URL"], os.environ["TAKEOVER_TOKEN"]) as client:
-        config = {"ticket": args.ticket, "message": "It works now, thanks!"}
-        run = await client.start_run("chat", config, event_id=args.event)
-        async with run:
-            result = await Runner.run(agent, f"Ticket {args.ticket}: {config['message']}")
+    config = {"ticket": ticket, "message": "It works now, thanks!"}
+    run = await client.start_run("chat", config, event_id=event)
+    async with run:
+        result = await Runner.run(agent, f"Ticket {ticket}: {config['message']}")
     outputs = [item.output for item in result.new_items if isinstance(item, ToolCallOutputItem)]
-    print(json.dumps({"run": run.id, "tool_results": outputs, "final": result.final_output}))
+    return {"run": run.id, "tool_results": outputs, "final": result.final_output}
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--event", required=True, help="the chat message's id (the trigger)")
+    parser.add_argument("--ticket", required=True)
+    parser.add_argument(
+        "--deliveries",
+        type=int,
+        default=1,
+        help="deliver the same message this many times (at-least-once delivery): every "
+        "delivery after the first is answered from Takeover's ledger",
+    )
+    args = parser.parse_args()
+    set_tracing_disabled(True)
+    async with AsyncTakeover(os.environ["TAKEOVER_URL"], os.environ["TAKEOVER_TOKEN"]) as client:
+        for _ in range(args.deliveries):
+            print(json.dumps(await handle(client, args.event, args.ticket)), flush=True)
 
 
 if __name__ == "__main__":
