@@ -63,6 +63,7 @@ run is finished as ``cancelled`` and the agent exits 0. An invalid token exits 2
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import random
 import signal
@@ -875,8 +876,13 @@ def main(argv: list[str] | None = None) -> None:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    # A minute of retries (503 with Retry-After, refused connections) rides out a restart of
-    # the web process or a database blip without losing the run in hand.
+    # The client's retries (a 503 with Retry-After, a refused connection) are worth seeing.
+    retries = logging.StreamHandler(sys.stdout)
+    retries.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+    logging.getLogger("takeover_client").addHandler(retries)
+    logging.getLogger("takeover_client").setLevel(logging.INFO)
+    # A minute of retries rides out a restart of the web process or a database blip without
+    # losing the run in hand.
     client = Takeover(args.url, token, retry_for=60, timeout=WAIT_SECONDS + 25)
     agent = Agent(client, World(args.downstream), stop)
     try:
