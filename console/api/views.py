@@ -419,11 +419,15 @@ def action_view_for(caller, pk):
         o.query(
             "wait",
             "Hold the request up to this many seconds (0–30) while the action is queued, "
-            "dispatching or unknown. The server may answer sooner with the current state.",
+            "dispatching or unknown. Over the server's cap of concurrent waits it answers "
+            "at once with the current state and `Retry-After` (seconds before asking again).",
             OpenApiTypes.NUMBER,
         )
     ],
-    responses={**ok(200, o.ActionOut), **errors_for(404)},
+    responses={
+        **ok(200, o.ActionOut, "The action; with `Retry-After` when a wait was refused."),
+        **errors_for(404),
+    },
 )
 @api_view(["GET"])
 def action_detail(request, pk):

@@ -2,9 +2,11 @@
 
 import asyncio
 import hashlib
+import itertools
 import threading
 import time
 
+import httpx
 import pytest
 from takeover_client import (
     AsyncTakeover,
@@ -257,3 +259,27 @@ def test_idempotency_keys_come_from_stable_intent():
     assert long != idempotency_key("evt", "t", "x" * 399)
     with pytest.raises(ValueError):
         idempotency_key("", "t", "x")
+
+
+def test_a_refused_wait_is_asked_again_after_retry_after(w, live_server, settings):
+    """Over the server's cap of concurrent waits, `?wait=` answers at once with
+    `Retry-After: 1`; `wait()` keeps going, asking again no sooner than that."""
+    settings.WAIT_MAX_PER_PRINCIPAL = 0  # the live server runs in this process
+    asked = []
+
+    class Recording(httpx.HTTPTransport):
+        def handle_request(self, request):
+            response = super().handle_request(request)
+            if "wait=" in str(request.url):
+                asked.append((time.monotonic(), response.headers.get("Retry-After")))
+            return response
+
+    target = ticket()
+    w.downstream.fault("slow_after_commit", prefix="tickets", target=target, seconds=3)
+    client = Takeover(live_server.url, w.agent.token, transport=Recording())
+    with client.start_run("api", {}, event_id=event()) as run:
+        outcome = run.propose("update_ticket", target, {"status": "open"}).wait(30)
+    assert outcome.state == "succeeded" and outcome.action["resolution"] == "reconciled"
+    assert len(asked) >= 2 and all(header == "1" for _, header in asked[:-1])
+    gaps = [later - earlier for (earlier, _), (later, _) in itertools.pairwise(asked)]
+    assert min(gaps) >= 0.95, gaps

@@ -88,6 +88,23 @@ class RetryClock:
         return delay if delay > 0.05 else None
 
 
+def wait_pause(
+    state: str | None, before: str | None, asked: float, hold: float, response, backoff: float
+) -> float:
+    """Seconds to pause before the next `?wait=` of an action still in progress.
+
+    A wait the server refused to hold (over its cap of concurrent waits) is answered at
+    once with `Retry-After`: honour it, news or not. An early answer without news and
+    without the header (a proxy, a restart) backs off instead of spinning."""
+    if state not in IN_PROGRESS:
+        return 0.0
+    if (hint := retry_after(response)) is not None:
+        return hint
+    if state == before and time.monotonic() - asked < hold / 2:
+        return backoff
+    return 0.0
+
+
 def parse(response: httpx.Response) -> Any:
     """The body of a 2xx answer; an `ApiError` subclass for a problem answer."""
     if response.status_code == 204:

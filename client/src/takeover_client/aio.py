@@ -66,6 +66,7 @@ class AsyncTakeover:
         *,
         retry_for: float | None = None,
         timeout: float | None = None,
+        with_response: bool = False,
         **kwargs: Any,
     ) -> Any:
         clock = _core.RetryClock(self.retry_for if retry_for is None else retry_for)
@@ -81,7 +82,8 @@ class AsyncTakeover:
                 last = type(exc).__name__
             else:
                 if response.status_code != 503:
-                    return _core.parse(response)
+                    data = _core.parse(response)
+                    return (data, response) if with_response else data
                 hint = _core.retry_after(response)
                 if hint is None:
                     return _core.parse(response)
@@ -327,15 +329,17 @@ class AsyncOutcome:
             hold = round(min(_core.MAX_WAIT_PER_REQUEST, remaining), 1)
             asked = time.monotonic()
             before = self.state
-            self.action = await self.client.request(
+            self.action, response = await self.client.request(
                 "GET",
                 f"/actions/{self.id}",
                 params={"wait": f"{hold:g}"},
                 timeout=hold + 15,
                 retry_for=max(remaining, 0.0),
+                with_response=True,
             )
-            if self.state == before and time.monotonic() - asked < hold / 2:
-                await asyncio.sleep(min(backoff, max(deadline - time.monotonic(), 0)))
+            pause = _core.wait_pause(self.state, before, asked, hold, response, backoff)
+            if pause:
+                await asyncio.sleep(min(pause, max(deadline - time.monotonic(), 0)))
                 backoff = min(backoff * 2, 2.0)
             else:
                 backoff = 0.1

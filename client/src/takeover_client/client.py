@@ -78,6 +78,7 @@ class Takeover:
         *,
         retry_for: float | None = None,
         timeout: float | None = None,
+        with_response: bool = False,
         **kwargs: Any,
     ) -> Any:
         """One API call: the parsed JSON (None for a 204), or an `ApiError`. Retries only
@@ -95,7 +96,8 @@ class Takeover:
                 last = type(exc).__name__
             else:
                 if response.status_code != 503:
-                    return _core.parse(response)
+                    data = _core.parse(response)
+                    return (data, response) if with_response else data
                 hint = _core.retry_after(response)
                 if hint is None:  # a 503 without Retry-After is not an invitation
                     return _core.parse(response)
@@ -448,18 +450,18 @@ class Outcome:
             hold = round(min(_core.MAX_WAIT_PER_REQUEST, remaining), 1)
             asked = time.monotonic()
             before = self.state
-            self._update(
-                self.client.request(
-                    "GET",
-                    f"/actions/{self.id}",
-                    params={"wait": f"{hold:g}"},
-                    timeout=hold + 15,
-                    retry_for=max(remaining, 0.0),
-                )
+            data, response = self.client.request(
+                "GET",
+                f"/actions/{self.id}",
+                params={"wait": f"{hold:g}"},
+                timeout=hold + 15,
+                retry_for=max(remaining, 0.0),
+                with_response=True,
             )
-            if self.state == before and time.monotonic() - asked < hold / 2:
-                # Answered early without news (the server's cap on waits): do not spin.
-                time.sleep(min(backoff, max(deadline - time.monotonic(), 0)))
+            self._update(data)
+            pause = _core.wait_pause(self.state, before, asked, hold, response, backoff)
+            if pause:
+                time.sleep(min(pause, max(deadline - time.monotonic(), 0)))
                 backoff = min(backoff * 2, 2.0)
             else:
                 backoff = 0.1
