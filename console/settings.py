@@ -154,7 +154,7 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.MultiPartParser",
     ],
     "EXCEPTION_HANDLER": "core.api.problems.exception_handler",
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "console.api.schema.AutoSchema",
     "UNAUTHENTICATED_USER": None,
 }
 SPECTACULAR_SETTINGS = {
@@ -165,6 +165,37 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Every body is JSON; only POST /runs also takes multipart (declared on the view).
+    "PARSER_WHITELIST": ["rest_framework.parsers.JSONParser"],
+    "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "ActionStateEnum": "runs.states.ActionState",
+        "RunStatusEnum": "runs.states.RunStatus",
+        "ApprovalStateEnum": "approvals.models.ApprovalState",
+        "ApprovalRequestStateEnum": "approvals.models.RequestState",
+        "LedgerStatusEnum": "ledger.models.LedgerStatus",
+        # The problem `type` values each error status can carry (console/api/schema.py).
+        **{
+            "Problem" + "".join(s.title().replace("-", "") for s in slugs) + "TypeEnum": [
+                f"/problems/{s}" for s in slugs
+            ]
+            for slugs in [
+                ["validation-error"],
+                ["validation-error", "idempotency-key-missing"],
+                ["unauthenticated"],
+                ["permission-denied"],
+                ["not-found"],
+                ["state-conflict"],
+                ["run-not-running"],
+                ["run-not-running", "state-conflict"],
+                ["replay-refused"],
+                ["input-gone"],
+                ["payload-too-large"],
+                ["idempotency-conflict"],
+                ["temporarily-unavailable"],
+            ]
+        },
+    },
 }
 
 # Celery. The database is the outbox; the broker only wakes workers (SPEC §9).
