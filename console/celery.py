@@ -1,6 +1,7 @@
 import os
 
 from celery import Celery
+from celery.signals import setup_logging, worker_init
 from kombu.transport import TRANSPORT_ALIASES
 
 # The default, serverless broker: our multi-process-safe variant of kombu's filesystem one.
@@ -17,4 +18,28 @@ app.autodiscover_tasks()
 def _schedule_sweeps(sender, **kwargs):
     from django.conf import settings
 
-    sender.add_periodic_task(settings.SWEEP_INTERVAL_SECONDS, sender.signature("runs.sweep"))
+    # A sweep not started within one interval is obsolete (the next one is due): it expires
+    # rather than piling up in the broker while no worker runs.
+    interval = settings.SWEEP_INTERVAL_SECONDS
+    sender.add_periodic_task(interval, sender.signature("runs.sweep"), expires=interval)
+
+
+@worker_init.connect
+def _serve_worker_metrics(**kwargs):
+    from django.conf import settings
+
+    from core.metrics import start_worker_exporter
+
+    if settings.WORKER_METRICS_PORT:
+        start_worker_exporter(settings.WORKER_METRICS_PORT, settings.WORKER_METRICS_ADDR)
+
+
+@setup_logging.connect
+def _project_logging(**kwargs):
+    """Workers and beat log like the web: the project's LOGGING (LOG_FORMAT, LOG_LEVEL, the
+    request id and action on each line), not Celery's own format."""
+    import logging.config
+
+    from django.conf import settings
+
+    logging.config.dictConfig(settings.LOGGING)

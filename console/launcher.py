@@ -52,7 +52,9 @@ READY_TIMEOUT_SECONDS = 90
 NOISE = re.compile(
     r"Sending due task"
     r"|Task runs\.\w+\[[0-9a-f-]+\] (received|succeeded in)"
-    r"|INFO/MainProcess\] HTTP Request: "
+    r"|HTTP Request: (GET|POST) "
+    r"|dispatched [0-9a-f-]{36} to "
+    r"|takeover\.access"
     r"|No hostname was supplied\. Reverting to default"
 )
 

@@ -4,15 +4,15 @@ Every service that changes state takes a keyword-only `actor` and calls `audit()
 its own transaction (SPEC §3 invariant 8).
 """
 
-import contextvars
 import uuid
 from dataclasses import dataclass
 
 from django.utils import timezone
 
+from .logs import request_id_var
 from .models import AuditEvent
 
-request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="")
+__all__ = ["SYSTEM", "Actor", "audit", "new_request_id", "request_id_var"]
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ A fresh connection per attempt keeps that true: a pooled keep-alive connection t
 server closed could fail mid-write and look like "never sent".
 """
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -25,7 +26,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals import services as approvals
+from core import metrics
 from core.audit import DISPATCHER, RECONCILER, SWEEPER, Actor, audit
+from core.logs import log_context, traceparent
 
 from .models import Action, Attempt, Reconciliation
 from .services import action_move, enqueue_reconcile, lease_for
@@ -60,7 +63,18 @@ def call_tool(action: Action) -> CallResult:
         "desired_state": action.desired_state,
         "expected_version": action.expected_version,
     }
-    headers = {"Idempotency-Key": action.idempotency_key, "X-Takeover-Action": str(action.pk)}
+    headers = {
+        "Idempotency-Key": action.idempotency_key,
+        "X-Takeover-Action": str(action.pk),
+        "traceparent": traceparent(),
+    }
+    started = time.monotonic()
+    result = _post_effect(tool, body, headers)
+    metrics.record_tool_call(tool.name, result.outcome, time.monotonic() - started)
+    return result
+
+
+def _post_effect(tool, body: dict, headers: dict) -> CallResult:
     url = tool.base_url.rstrip("/") + "/effects"
     try:
         with _client(tool.timeout_seconds) as client:
@@ -247,11 +261,31 @@ def _settle(action: Action, result: CallResult, *, actor: Actor) -> None:
             )
 
 
+@contextlib.contextmanager
+def action_log_context(action_id, *, request_id: bool = True):
+    """Log (and audit) the work on an action under the id of the request that proposed it,
+    with its tenant and run, so one proposal can be followed from HTTP to the tool call."""
+    row = (
+        Action.objects.filter(pk=action_id).values("request_id", "run_id", "tenant__slug").first()
+    ) or {}
+    values = {"action_id": action_id, "run_id": row.get("run_id"), "tenant": row.get("tenant__slug")}
+    if request_id and row.get("request_id"):
+        values["request_id"] = row["request_id"]
+    with log_context(**values):
+        yield
+
+
 def action_dispatch(action_id, *, actor: Actor = DISPATCHER) -> Action | None:
     """Claim and dispatch one queued action; at most once past the boundary."""
+    with action_log_context(action_id):
+        return _dispatch(action_id, actor=actor)
+
+
+def _dispatch(action_id, *, actor: Actor) -> Action | None:
     claimed = action_claim(action_id, actor=actor)
     if claimed is None:
         return None
+    claimed_at = time.monotonic()
     action, attempt = claimed
     not_sent = 0
     while True:
@@ -266,7 +300,19 @@ def action_dispatch(action_id, *, actor: Actor = DISPATCHER) -> Action | None:
         if attempt is None:
             return Action.objects.get(pk=action.pk)
     _settle(action, result, actor=actor)
-    return Action.objects.get(pk=action.pk)
+    seconds = time.monotonic() - claimed_at
+    metrics.record_dispatch(action.tool.name, seconds)
+    settled = Action.objects.get(pk=action.pk)
+    logger.info(
+        "dispatched %s to %s: %s → %s in %.3f s",
+        action.pk,
+        action.tool.name,
+        result.outcome,
+        settled.state,
+        seconds,
+        extra={"tool": action.tool.name, "outcome": result.outcome, "state": settled.state},
+    )
+    return settled
 
 
 # --- reconciliation -----------------------------------------------------------------------
@@ -287,8 +333,14 @@ def action_reconcile(action_id, *, actor: Actor = RECONCILER, manual: bool = Fal
     Automatic runs lease the action first (`next_reconcile_at` pushed ahead by a
     conditional UPDATE), so a sweep and a direct enqueue do not both read. An operator's
     re-check (`manual`) always reads, and may also re-read a needs_human action, which
-    records what it saw but leaves the decision to the person.
+    records what it saw but leaves the decision to the person. An automatic read is logged
+    under the proposal's request id; an operator's under the operator's request.
     """
+    with action_log_context(action_id, request_id=not manual):
+        return _reconcile(action_id, actor=actor, manual=manual)
+
+
+def _reconcile(action_id, *, actor: Actor, manual: bool) -> Action:
     now = timezone.now()
     if not manual:
         timeout = (
@@ -304,6 +356,8 @@ def action_reconcile(action_id, *, actor: Actor = RECONCILER, manual: bool = Fal
     action = Action.objects.select_related("tool", "tenant", "principal").get(pk=action_id)
     read = read_authoritative(action)
     verdict, diff = judge(action, read)
+    metrics.record_reconcile(action.tool.name, verdict)
+    logger.info("reconciled %s (%s): %s", action.pk, action.tool.name, verdict)
     with transaction.atomic():
         action = Action.objects.select_for_update(no_key=True).get(pk=action_id)
         Reconciliation.objects.create(
@@ -396,6 +450,7 @@ def expire_leases(*, actor: Actor = SWEEPER, limit: int = 500) -> list:
             )
             enqueue_reconcile(action.pk)
             moved.append(action.pk)
+    metrics.record_lease_expiry(len(moved))
     return moved
 
 

@@ -14,6 +14,7 @@ logger = logging.getLogger(__name__)
 
 @shared_task(name="runs.dispatch_action", bind=True)
 def dispatch_action(self, action_id: str):
+    # A fallback: the dispatcher logs and audits under the id of the proposing request.
     request_id_var.set(self.request.id or "")
     dispatch.action_dispatch(action_id)
 

@@ -12,6 +12,7 @@ from rest_framework import authentication, exceptions
 
 from core.audit import Actor
 from core.errors import ValidationFailed
+from core.logs import actor_var, tenant_var
 from core.models import ApiToken, Membership, Principal, Tenant, hash_token
 
 TENANT_HEADER = "X-Takeover-Tenant"
@@ -42,6 +43,12 @@ class Caller:
 
     def has_role(self, role: str) -> bool:
         return self.kind == "operator" and role in self.roles
+
+    def into_log_context(self) -> "Caller":
+        # Reset by the request middleware when the request ends.
+        tenant_var.set(self.tenant.slug)
+        actor_var.set(f"{self.kind}:{self.name}")
+        return self
 
 
 class TenantHeaderRequired(exceptions.APIException):
@@ -87,7 +94,7 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
             if not token.user.is_active:
                 raise exceptions.AuthenticationFailed("This operator is disabled.")
             caller = operator_caller(token.user, request.headers.get(TENANT_HEADER))
-        return caller, token
+        return caller.into_log_context(), token
 
     def authenticate_header(self, request):
         return 'Bearer realm="takeover"'
@@ -102,4 +109,4 @@ class ConsoleSessionAuthentication(authentication.SessionAuthentication):
             return None
         user, _ = result
         slug = request.headers.get(TENANT_HEADER) or request._request.session.get("tenant")
-        return operator_caller(user, slug), None
+        return operator_caller(user, slug).into_log_context(), None
