@@ -1,8 +1,9 @@
 """Log context: who and what a log line is about, from the web request to the tool call.
 
-The context variables below (`request_id_var` also goes into every audit row) are set by the request middleware, the API authentication and the
-dispatcher; `ContextFilter` copies them onto every log record, so that both the plain and
-the JSON format (`LOG_FORMAT=json`) show them without each call site passing them.
+The context variables below (`request_id_var` also goes into every audit row) are set by
+the request middleware, the API authentication and the dispatcher; `ContextFilter` copies
+them onto every log record, so that both the plain and the JSON format (`LOG_FORMAT=json`)
+show them without each call site passing them.
 
 Context variables, not thread-locals: the Celery threads pool runs one task per thread,
 gunicorn's gthread workers one request per thread, and each keeps its own values.
@@ -35,7 +36,7 @@ CONTEXT = {
 @contextlib.contextmanager
 def log_context(**values):
     """Set some of CONTEXT's variables for the block, and restore them after it."""
-    tokens = [(CONTEXT[name], CONTEXT[name].set(str(value or ""))) for name, value in values.items()]
+    tokens = [(CONTEXT[k], CONTEXT[k].set(str(value or ""))) for k, value in values.items()]
     try:
         yield
     finally:

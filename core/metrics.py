@@ -155,7 +155,7 @@ def _worker_app(environ, start_response):
 
 
 class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format, *args):  # noqa: A002 -- the stdlib's signature
+    def log_message(self, format, *args):
         pass
 
 

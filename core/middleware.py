@@ -6,7 +6,7 @@ from django.db import InterfaceError, OperationalError
 
 from . import metrics
 from .api.problems import internal_error, problem_json, unavailable
-from .audit import new_request_id, request_id_var
+from .audit import new_request_id
 from .logs import log_context
 
 access_log = logging.getLogger("takeover.access")
@@ -62,8 +62,12 @@ class RequestIdMiddleware:
                 request.path,
                 response.status_code,
                 seconds * 1000,
-                extra={"method": request.method, "path": request.path,
-                       "status": response.status_code, "duration_ms": round(seconds * 1000, 1)},
+                extra={
+                    "method": request.method,
+                    "path": request.path,
+                    "status": response.status_code,
+                    "duration_ms": round(seconds * 1000, 1),
+                },
             )
 
     def _too_big(self, request):

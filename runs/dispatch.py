@@ -268,7 +268,8 @@ def action_log_context(action_id, *, request_id: bool = True):
     row = (
         Action.objects.filter(pk=action_id).values("request_id", "run_id", "tenant__slug").first()
     ) or {}
-    values = {"action_id": action_id, "run_id": row.get("run_id"), "tenant": row.get("tenant__slug")}
+    values = {"action_id": action_id, "run_id": row.get("run_id")}
+    values["tenant"] = row.get("tenant__slug")
     if request_id and row.get("request_id"):
         values["request_id"] = row["request_id"]
     with log_context(**values):

@@ -93,9 +93,21 @@ def test_readyz_answers_503_naming_the_database_when_it_is_stopped(own_postgres)
         "DJANGO_SETTINGS_MODULE": "tests.settings",
     }
     web = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "console.wsgi", "-b", f"127.0.0.1:{port}",
-         "--no-control-socket", "-w", "1"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "console.wsgi",
+            "-b",
+            f"127.0.0.1:{port}",
+            "--no-control-socket",
+            "-w",
+            "1",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         url = f"http://127.0.0.1:{port}"
