@@ -160,8 +160,14 @@ class _QuietHandler(WSGIRequestHandler):
 
 
 def start_worker_exporter(port: int, addr: str = "127.0.0.1"):
-    """Serve this worker's series on addr:port in a daemon thread; returns the server."""
-    server = make_server(addr, port, _worker_app, ThreadingWSGIServer, _QuietHandler)
+    """Serve this worker's series on addr:port in a daemon thread; returns the server.
+
+    A port already taken is logged, not fatal: a worker that cannot export still works."""
+    try:
+        server = make_server(addr, port, _worker_app, ThreadingWSGIServer, _QuietHandler)
+    except OSError as exc:
+        logger.error("worker metrics: cannot listen on %s:%d: %s", addr, port, exc)
+        return None
     threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
     logger.info("worker metrics on http://%s:%d/metrics", addr, server.server_port)
     return server

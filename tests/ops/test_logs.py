@@ -1,0 +1,87 @@
+"""One request id from the HTTP request to the tool call: in the web's access line, the
+worker's dispatch line, the audit events, and the traceparent the tool receives."""
+
+import io
+import json
+import logging
+import re
+import uuid
+
+import pytest
+
+from core.logs import ContextFilter, JsonFormatter
+from core.models import AuditEvent
+
+
+@pytest.fixture
+def json_log():
+    """The access log as LOG_FORMAT=json writes it (same formatter, same filter)."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(
+        JsonFormatter(
+            "%(asctime)s %(levelname)s %(name)s %(message)s",
+            rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
+        )
+    )
+    handler.addFilter(ContextFilter())
+    logger = logging.getLogger("takeover.access")
+    logger.addHandler(handler)
+    try:
+        yield lambda: [json.loads(line) for line in stream.getvalue().splitlines()]
+    finally:
+        logger.removeHandler(handler)
+
+
+@pytest.mark.worker
+def test_one_request_id_from_the_web_line_to_the_worker_line_and_the_audit(world, worker, json_log):
+    world.tool("update_ticket")
+    run = world.start_run()
+    key = f"rid-{uuid.uuid4().hex[:8]}"
+    response = world.propose(
+        run["id"], key, tool="update_ticket", target="rid-t1", desired_state={"s": "open"}
+    )
+    assert response.status_code == 201
+    rid = response["X-Request-ID"]
+    action = response.json()
+    assert world.wait_action(action["id"])["state"] == "succeeded"
+
+    # The web: one JSON object, with the request id, tenant and principal.
+    lines = [
+        line
+        for line in json_log()
+        if line["message"].startswith(f"POST /api/v1/runs/{run['id']}/actions")
+    ]
+    assert len(lines) == 1
+    web = lines[0]
+    assert web["request_id"] == rid
+    assert web["tenant"] == world.tenant.slug
+    assert web["actor"] == "principal:agent"
+    assert web["status"] == 201 and web["level"] == "INFO" and web["logger"] == "takeover.access"
+
+    # The worker: its dispatch line carries the proposal's id, not the Celery task's.
+    dispatched = [
+        line
+        for line in worker.log().splitlines()
+        if re.search(rf"dispatched {action['id']} to update_ticket", line)
+    ]
+    assert len(dispatched) == 1, worker.log()[-3000:]
+    assert f"rid={rid}" in dispatched[0]
+
+    # The audit: the proposal and every move the dispatcher made, under the same id.
+    events = AuditEvent.objects.filter(object_id=action["id"]).order_by("at")
+    verbs = {
+        (e.actor_kind, e.after.get("state") if e.after else None): e.request_id for e in events
+    }
+    assert verbs[("principal", "queued")] == rid
+    assert verbs[("system", "dispatching")] == rid
+    assert verbs[("system", "succeeded")] == rid
+
+    # The tool got a W3C traceparent whose trace id is the request id.
+    [sent] = [
+        r
+        for r in world.downstream.control("GET", "requests")["requests"]
+        if r["idempotency_key"] == key
+    ]
+    version, trace_id, span_id, flags = sent["traceparent"].split("-")
+    assert (version, trace_id, len(span_id), flags) == ("00", rid, 16, "01")
