@@ -6,7 +6,10 @@ answer never says whether it exists).
 """
 
 from dataclasses import dataclass, field
+from datetime import timedelta
 
+from django.db.models import Q
+from django.utils import timezone
 from django.utils.functional import cached_property
 from rest_framework import authentication, exceptions
 
@@ -16,6 +19,7 @@ from core.logs import actor_var, tenant_var
 from core.models import ApiToken, Membership, Principal, Tenant, hash_token
 
 TENANT_HEADER = "X-Takeover-Tenant"
+LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
 @dataclass
@@ -81,13 +85,21 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
         scheme, _, raw = header.partition(" ")
         if scheme.lower() != "bearer" or not raw.strip():
             raise exceptions.AuthenticationFailed("Use 'Authorization: Bearer <token>'.")
+        now = timezone.now()
         token = (
             ApiToken.objects.select_related("principal__tenant", "user")
             .filter(key_hash=hash_token(raw.strip()), revoked_at__isnull=True)
+            .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
             .first()
         )
         if token is None:
-            raise exceptions.AuthenticationFailed("Invalid or revoked token.")
+            raise exceptions.AuthenticationFailed("Invalid, expired or revoked token.")
+        if token.last_used_at is None or token.last_used_at < now - LAST_USED_RESOLUTION:
+            # Conditional, so a burst of requests writes once; never inside the request's
+            # own transaction, so a rolled-back request still counts as a use.
+            ApiToken.objects.filter(pk=token.pk).filter(
+                Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_RESOLUTION)
+            ).update(last_used_at=now)
         if token.principal is not None:
             caller = Caller("principal", token.principal.tenant, principal=token.principal)
         else:
