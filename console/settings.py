@@ -209,6 +209,11 @@ CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_QUEUE") or "takeover-" + str(
     DATABASES["default"].get("NAME") or "default"
 )
 
+# Retention (manage.py archive): where archives go, and the connection that may delete audit
+# events (in production the owner's, not the application's restricted role).
+ARCHIVE_DIR = Path(os.environ.get("ARCHIVE_DIR", VAR_DIR / "archive"))
+ARCHIVE_DATABASE = os.environ.get("ARCHIVE_DATABASE", "default")
+
 # Engine tunables.
 SAFE_RETRY_LIMIT = int(os.environ.get("SAFE_RETRY_LIMIT", 1))
 SAFE_RETRY_DELAY_SECONDS = env_float("SAFE_RETRY_DELAY_SECONDS", 1)
