@@ -24,9 +24,15 @@ would teach the wrong lesson.
 
 Quirks:
 - Routine chatter is filtered out of the console: beat's "Sending due task", the worker's
-  "received"/"succeeded" line per task and its httpx line per tool call (the agent reports
-  every outcome instead), kombu's "No hostname was supplied". ``VERBOSE=1`` shows
-  everything, plus gunicorn's access log and one line per request of the demo downstream.
+  "received"/"succeeded" line per task, its httpx line and its "dispatched" line per tool
+  call (the agent reports every outcome instead), the web's access line per request,
+  kombu's "No hostname was supplied". ``VERBOSE=1`` shows everything, plus gunicorn's
+  access log and one line per request of the demo downstream.
+- gunicorn runs with ``--no-control-socket``: its default shared ``~/.gunicorn`` socket
+  would let one stack's shutdown remove another's.
+- Every child shares ``PROMETHEUS_MULTIPROC_DIR=./var/prometheus`` (emptied at start), so
+  the web's /metrics also shows the worker's series on this one machine. /metrics answers
+  only once ``METRICS_TOKEN`` (or ``METRICS_ALLOW_FROM``) is set.
 - The embedded PostgreSQL is stopped on exit even if another process (a test run in the
   same checkout, say) still uses it; it starts again on that process's next connection.
 """
@@ -34,6 +40,7 @@ Quirks:
 import contextlib
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -195,12 +202,21 @@ class Launcher:
         env = dict(os.environ)
         env["PYTHONUNBUFFERED"] = "1"  # line by line through the pipes
         env.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+        env.setdefault("PROMETHEUS_MULTIPROC_DIR", str(self.metrics_dir()))
         return env
+
+    def metrics_dir(self) -> Path:
+        """Emptied once per start: series of processes that are gone must not add up."""
+        if not hasattr(self, "_metrics_dir"):
+            self._metrics_dir = self.var_dir / "prometheus"
+            shutil.rmtree(self._metrics_dir, ignore_errors=True)
+            self._metrics_dir.mkdir(parents=True)
+        return self._metrics_dir
 
     def children_for(self, broker: str) -> list[Child]:
         # Options as strings for legibility; paths (which may hold spaces) as list items.
         web = f"-m gunicorn console.wsgi -b 127.0.0.1:{self.port} -k gthread --threads 8 -w 2"
-        web += f" --graceful-timeout {GRACE_SECONDS - 2}"
+        web += f" --graceful-timeout {GRACE_SECONDS - 2} --no-control-socket"
         if self.verbose:
             web += " --access-logfile -"
         worker = "-m celery -A console worker -P threads -c 8 --loglevel INFO"
