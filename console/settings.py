@@ -41,6 +41,15 @@ SECRET_KEY = _secret_key()
 DEBUG = env_bool("DEBUG")
 ALLOWED_HOSTS = os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",")
 CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+# Behind a proxy that terminates TLS and sets X-Forwarded-Proto: trust that header, send
+# cookies over HTTPS only, and redirect plain HTTP (the probes and /metrics are answered
+# before the redirect, so a load balancer may still check over plain HTTP).
+BEHIND_TLS_PROXY = env_bool("BEHIND_TLS_PROXY")
+if BEHIND_TLS_PROXY:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", default=True)
+    SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", 0))
 
 INSTALLED_APPS = [
     "django.contrib.admin",

@@ -70,7 +70,7 @@ class AuditDeletionRefused(Exception):
     pass
 
 
-def audit_events_delete_archived(event_ids, *, using: str, actor: Actor, record: dict):
+def audit_events_delete_archived(event_ids, *, using: str, actor: Actor, record: dict, tenant=None):
     """Delete audit events that an archive has written out. The only code path that may.
 
     Guarded: it must run inside a transaction on `using` (so that the deletion commits or
@@ -96,7 +96,7 @@ def audit_events_delete_archived(event_ids, *, using: str, actor: Actor, record:
     if protected:
         raise AuditDeletionRefused(f"{protected} archive records are kept for good")
     event = AuditEvent.objects.using(using).create(
-        tenant=None,
+        tenant=tenant,  # a pass over one tenant shows in that tenant's audit log
         at=timezone.now(),
         actor_kind=actor.kind,
         actor_name=actor.name,

@@ -228,7 +228,7 @@ def archive(
             }
             (folder / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
             audit_events_delete_archived(
-                written["audit_events"], using=using, actor=actor, record=manifest
+                written["audit_events"], using=using, actor=actor, record=manifest, tenant=tenant
             )
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)

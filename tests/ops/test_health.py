@@ -103,6 +103,8 @@ def test_readyz_answers_503_naming_the_database_when_it_is_stopped(own_postgres)
             "--no-control-socket",
             "-w",
             "1",
+            "--graceful-timeout",
+            "1",
         ],
         cwd=ROOT,
         env=env,
