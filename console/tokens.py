@@ -37,9 +37,9 @@ LIFETIMES = [
     ("365", "1 year"),
 ]
 OVERLAPS = [
-    ("0", "Revoke the old one now"),
-    ("3600", "Old one works 1 more hour"),
-    ("86400", "Old one works 1 more day"),
+    ("0", "old one stops now"),
+    ("3600", "old one works 1 more hour"),
+    ("86400", "old one works 1 more day"),
 ]
 
 
