@@ -27,11 +27,11 @@ from core.api.problems import problem_json
 from core.metrics import process_metrics, scrape_allowed
 from core.models import Tenant
 from runs.models import Action
-from runs.states import TERMINAL, ActionState
+from runs.states import UNSETTLED, ActionState
 
 logger = logging.getLogger(__name__)
 
-OPEN_STATES = [s for s in ActionState.values if s not in TERMINAL]
+OPEN_STATES = [str(s) for s in UNSETTLED]
 BROKER_TIMEOUT_SECONDS = 3
 
 _migrations_applied = False  # once true for this process, true for good: code is fixed
@@ -112,21 +112,22 @@ def healthz(request):
 
 
 class DatabaseGauges:
-    """Gauges counted at scrape time: three grouped counts over partial indexes of open
-    rows (the outbox and the open queue of actions, pending approval requests), so a scrape
-    costs the same with a hundred million settled actions as with none."""
+    """Gauges counted at scrape time: grouped counts over partial indexes that hold only
+    unsettled rows (`action_unsettled`, `action_outbox`, `approval_request_pending`), so a
+    scrape costs the same with a hundred million settled actions as with none."""
 
     def collect(self):
         now = timezone.now()
-        tenants = list(Tenant.objects.order_by("slug").values_list("slug", flat=True))
+        tenants = dict(Tenant.objects.order_by("slug").values_list("pk", "slug"))
         rows = (
-            Action.objects.filter(state__in=OPEN_STATES)
-            .values_list("tenant__slug", "state")
+            Action.objects.filter(state__in=OPEN_STATES)  # the action_unsettled index
+            .values_list("tenant_id", "state")
             .annotate(n=Count("id"), oldest=Min("created_at"))
+            .order_by()
         )
         counts, oldest = {}, {}
-        for slug, state, n, first in rows:
-            counts[slug, state] = n
+        for tenant_id, state, n, first in rows:
+            counts[tenants.get(tenant_id), state] = n
             if state not in oldest or first < oldest[state]:
                 oldest[state] = first
 
@@ -135,7 +136,7 @@ class DatabaseGauges:
             "Actions not settled yet, by tenant and state.",
             labels=["tenant", "state"],
         )
-        for slug in tenants:
+        for slug in tenants.values():
             for state in OPEN_STATES:
                 open_actions.add_metric([slug, state], counts.get((slug, state), 0))
         yield open_actions
@@ -165,18 +166,19 @@ class DatabaseGauges:
             value=overdue,
         )
 
-        pending = dict(
-            (slug, (n, first))
-            for slug, n, first in ApprovalRequest.objects.filter(state=RequestState.PENDING)
-            .values_list("tenant__slug")
+        pending = {
+            tenants.get(tenant_id): (n, first)
+            for tenant_id, n, first in ApprovalRequest.objects.filter(state=RequestState.PENDING)
+            .values_list("tenant_id")
             .annotate(n=Count("id"), first=Min("created_at"))
-        )
+            .order_by()
+        }
         requests = GaugeMetricFamily(
             "takeover_approval_requests_pending",
             "Approval requests waiting for a decision, by tenant.",
             labels=["tenant"],
         )
-        for slug in tenants:
+        for slug in tenants.values():
             requests.add_metric([slug], pending.get(slug, (0, None))[0])
         yield requests
         firsts = [first for _n, first in pending.values()]
