@@ -209,6 +209,8 @@ def start_worker(tmp_path_factory, *, beat=True, env=None) -> Worker:
             "DATABASE_URL": database_url(),
             "DJANGO_SETTINGS_MODULE": "tests.settings",
             "WORKER_METRICS_PORT": str(metrics_port),
+            # As in production: one JSON object per log line (tests/ops/test_logs.py reads them).
+            "LOG_FORMAT": "json",
             **(env or {}),
         },
         stdout=open(log_path, "w"),  # noqa: SIM115 -- the child process owns it

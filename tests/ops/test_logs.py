@@ -4,7 +4,6 @@ worker's dispatch line, the audit events, and the traceparent the tool receives.
 import io
 import json
 import logging
-import re
 import uuid
 
 import pytest
@@ -59,14 +58,21 @@ def test_one_request_id_from_the_web_line_to_the_worker_line_and_the_audit(world
     assert web["actor"] == "principal:agent"
     assert web["status"] == 201 and web["level"] == "INFO" and web["logger"] == "takeover.access"
 
-    # The worker: its dispatch line carries the proposal's id, not the Celery task's.
+    # The worker: its dispatch line is a JSON object carrying the proposal's id (not the
+    # Celery task's), the tenant, the run and the action.
+    records = [json.loads(line) for line in worker.log().splitlines() if line.startswith("{")]
     dispatched = [
-        line
-        for line in worker.log().splitlines()
-        if re.search(rf"dispatched {action['id']} to update_ticket", line)
+        r for r in records if r["message"].startswith(f"dispatched {action['id']} to update_ticket")
     ]
     assert len(dispatched) == 1, worker.log()[-3000:]
-    assert f"rid={rid}" in dispatched[0]
+    line = dispatched[0]
+    assert line["request_id"] == rid
+    assert line["tenant"] == world.tenant.slug
+    assert line["run_id"] == run["id"] and line["action_id"] == action["id"]
+    assert line["logger"] == "runs.dispatch" and line["outcome"] == "applied"
+    # The tool call itself (httpx's line) is logged under the same id.
+    calls = [r for r in records if r.get("action_id") == action["id"] and r["logger"] == "httpx"]
+    assert calls and all(c["request_id"] == rid for c in calls)
 
     # The audit: the proposal and every move the dispatcher made, under the same id.
     events = AuditEvent.objects.filter(object_id=action["id"]).order_by("at")
