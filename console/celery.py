@@ -18,10 +18,12 @@ app.autodiscover_tasks()
 def _schedule_sweeps(sender, **kwargs):
     from django.conf import settings
 
-    # A sweep not started within one interval is obsolete (the next one is due): it expires
-    # rather than piling up in the broker while no worker runs.
-    interval = settings.SWEEP_INTERVAL_SECONDS
-    sender.add_periodic_task(interval, sender.signature("runs.sweep"), expires=interval)
+    # A sweep nobody ran within one interval is superseded by the next: it expires, so
+    # sweeps do not pile up in the broker while every worker is down.
+    sender.add_periodic_task(
+        settings.SWEEP_INTERVAL_SECONDS,
+        sender.signature("runs.sweep", expires=settings.SWEEP_INTERVAL_SECONDS),
+    )
 
 
 @worker_init.connect

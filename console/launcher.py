@@ -24,8 +24,8 @@ would teach the wrong lesson.
 
 Quirks:
 - Routine chatter is filtered out of the console: beat's "Sending due task", the worker's
-  "received"/"succeeded" line per task, its httpx line and its "dispatched" line per tool
-  call (the agent reports every outcome instead), the web's access line per request,
+  "received"/"succeeded" line per task and its httpx line per tool call (the agent reports
+  every outcome instead), the web's access line per request,
   kombu's "No hostname was supplied". ``VERBOSE=1`` shows everything, plus gunicorn's
   access log and one line per request of the demo downstream.
 - gunicorn runs with ``--no-control-socket``: its default shared ``~/.gunicorn`` socket
@@ -60,7 +60,6 @@ NOISE = re.compile(
     r"Sending due task"
     r"|Task runs\.\w+\[[0-9a-f-]+\] (received|succeeded in)"
     r"|HTTP Request: (GET|POST) "
-    r"|dispatched [0-9a-f-]{36} to "
     r"|takeover\.access"
     r"|No hostname was supplied\. Reverting to default"
 )

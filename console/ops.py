@@ -113,7 +113,7 @@ def healthz(request):
 
 class DatabaseGauges:
     """Gauges counted at scrape time: grouped counts over partial indexes that hold only
-    unsettled rows (`action_unsettled`, `action_outbox`, `approval_request_pending`), so a
+    unsettled rows (`action_unsettled`, `action_leased`, `approval_request_pending`), so a
     scrape costs the same with a hundred million settled actions as with none."""
 
     def collect(self):

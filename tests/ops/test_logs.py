@@ -36,9 +36,9 @@ def json_log():
 def test_one_request_id_from_the_web_line_to_the_worker_line_and_the_audit(world, worker, json_log):
     world.tool("update_ticket")
     run = world.start_run()
-    key = f"rid-{uuid.uuid4().hex[:8]}"
+    key = target = f"rid-{uuid.uuid4().hex[:8]}"
     response = world.propose(
-        run["id"], key, tool="update_ticket", target="rid-t1", desired_state={"s": "open"}
+        run["id"], key, tool="update_ticket", target=target, desired_state={"s": "open"}
     )
     assert response.status_code == 201
     rid = response["X-Request-ID"]
@@ -62,7 +62,9 @@ def test_one_request_id_from_the_web_line_to_the_worker_line_and_the_audit(world
     # Celery task's), the tenant, the run and the action.
     records = [json.loads(line) for line in worker.log().splitlines() if line.startswith("{")]
     dispatched = [
-        r for r in records if r["message"].startswith(f"dispatched {action['id']} to update_ticket")
+        r
+        for r in records
+        if r["message"] == f"action {action['id']} (update_ticket → {target}): applied HTTP 200"
     ]
     assert len(dispatched) == 1, worker.log()[-3000:]
     line = dispatched[0]

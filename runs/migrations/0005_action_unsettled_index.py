@@ -9,7 +9,7 @@ class Migration(migrations.Migration):
     atomic = False
 
     dependencies = [
-        ('runs', '0003_action_request_id'),
+        ('runs', '0004_queue_claims'),
     ]
 
     operations = [
