@@ -4,6 +4,7 @@ worker's dispatch line, the audit events, and the traceparent the tool receives.
 import io
 import json
 import logging
+import time
 import uuid
 
 import pytest
@@ -60,12 +61,14 @@ def test_one_request_id_from_the_web_line_to_the_worker_line_and_the_audit(world
 
     # The worker: its dispatch line is a JSON object carrying the proposal's id (not the
     # Celery task's), the tenant, the run and the action.
-    records = [json.loads(line) for line in worker.log().splitlines() if line.startswith("{")]
-    dispatched = [
-        r
-        for r in records
-        if r["message"] == f"action {action['id']} (update_ticket → {target}): applied HTTP 200"
-    ]
+    wanted = f"action {action['id']} (update_ticket → {target}): applied HTTP 200"
+    deadline = time.monotonic() + 10
+    while True:  # the line is written just after the settle commits
+        records = [json.loads(line) for line in worker.log().splitlines() if line.startswith("{")]
+        dispatched = [r for r in records if r["message"] == wanted]
+        if dispatched or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     assert len(dispatched) == 1, worker.log()[-3000:]
     line = dispatched[0]
     assert line["request_id"] == rid
