@@ -212,3 +212,42 @@ def test_archive_refuses_a_window_too_short_and_a_bad_duration(live_db):
         call_command("archive", "--older-than", "2h", "--dry-run")
     with pytest.raises(CommandError, match="older-than"):
         call_command("archive", "--older-than", "ninety", "--dry-run")
+
+
+@pytest.fixture
+def second_alias(live_db):
+    """A second connection alias to the same database, as a deployment would have for the
+    owner role (ARCHIVE_DATABASE)."""
+    from django.db import connections
+
+    connections.settings["archiver"] = {**connections.settings["default"]}
+    try:
+        yield "archiver"
+    finally:
+        connections["archiver"].close()
+        del connections["archiver"]
+        del connections.settings["archiver"]
+
+
+def test_archive_runs_on_the_connection_it_is_given(world, own_downstream, second_alias, tmp_path):
+    world.tool("update_ticket", base_url=own_downstream.base())
+    run = world.start_run()
+    action = settle(world, run["id"], "alias-1", "alias-1")
+    finish(world, run["id"])
+    with time_machine.travel(timezone.now() + timedelta(days=100)):
+        call_command(
+            "archive",
+            "--older-than",
+            "90d",
+            "--tenant",
+            world.tenant.slug,
+            "--database",
+            second_alias,
+            "--out",
+            str(tmp_path),
+            stdout=io.StringIO(),
+        )
+    assert not Action.objects.filter(pk=action["id"]).exists()
+    assert not Run.objects.filter(pk=run["id"]).exists()
+    assert not AuditEvent.objects.filter(object_id=action["id"]).exists()
+    assert AuditEvent.objects.filter(verb="audit.archive", tenant=world.tenant).count() == 1

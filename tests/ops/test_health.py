@@ -2,6 +2,7 @@
 part. The "database stopped" case runs a real web process on a PostgreSQL server of its
 own, which the test stops."""
 
+import io
 import os
 import shutil
 import socket
@@ -138,3 +139,21 @@ def test_readyz_answers_503_naming_the_database_when_it_is_stopped(own_postgres)
     finally:
         web.terminate()
         web.wait(15)
+
+
+def test_readyz_command_for_processes_without_http(live_db):
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    from console.celery import app
+
+    out = io.StringIO()
+    call_command("readyz", stdout=out)
+    assert out.getvalue().splitlines() == ["database: ok", "migrations: ok", "broker: ok"]
+    saved = app.conf.broker_url
+    app.conf.broker_url = f"amqp://guest:guest@127.0.0.1:{free_port()}//"
+    try:
+        with pytest.raises(CommandError, match="not ready"):
+            call_command("readyz", stdout=io.StringIO())
+    finally:
+        app.conf.broker_url = saved
