@@ -37,11 +37,17 @@ def _serve_worker_metrics(**kwargs):
 
 
 @setup_logging.connect
-def _project_logging(**kwargs):
-    """Workers and beat log like the web: the project's LOGGING (LOG_FORMAT, LOG_LEVEL, the
-    request id and action on each line), not Celery's own format."""
+def _project_logging(loglevel=None, **kwargs):
+    """Workers and beat log like the web: the project's LOGGING (LOG_FORMAT, the request id
+    and action on each line), not Celery's own format. The level is LOG_LEVEL when it is
+    set, else Celery's `--loglevel`."""
+    import copy
     import logging.config
 
     from django.conf import settings
 
-    logging.config.dictConfig(settings.LOGGING)
+    config = copy.deepcopy(settings.LOGGING)
+    if loglevel and "LOG_LEVEL" not in os.environ:
+        name = logging.getLevelName(loglevel) if isinstance(loglevel, int) else loglevel
+        config["root"]["level"] = str(name).upper()
+    logging.config.dictConfig(config)

@@ -104,6 +104,8 @@ class Stack:
             "DATABASE_URL": self.database_url,
             "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "console.settings"),
             "PYTHONUNBUFFERED": "1",
+            # No access line per request, no line per dispatch: they would be measured too.
+            "LOG_LEVEL": os.environ.get("LOG_LEVEL", "WARNING"),
             **self.env_extra,
         }
         if not self.env.get("CELERY_BROKER_URL"):
