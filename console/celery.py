@@ -31,7 +31,9 @@ def _serve_worker_metrics(**kwargs):
     from django.conf import settings
 
     from core.metrics import start_worker_exporter
+    from core.otel import setup as tracing
 
+    tracing("takeover-worker")  # off unless configured (core/otel.py)
     if settings.WORKER_METRICS_PORT:
         start_worker_exporter(settings.WORKER_METRICS_PORT, settings.WORKER_METRICS_ADDR)
 

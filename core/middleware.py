@@ -4,7 +4,7 @@ import time
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
-from . import metrics
+from . import metrics, otel
 from .api.problems import internal_error, problem_json, unavailable
 from .audit import new_request_id
 from .logs import log_context
@@ -36,7 +36,10 @@ class RequestIdMiddleware:
     def __call__(self, request):
         incoming = request.headers.get("X-Request-ID", "")
         request_id = (
-            incoming if 0 < len(incoming) <= 64 and incoming.isprintable() else new_request_id()
+            incoming
+            if 0 < len(incoming) <= 64 and incoming.isprintable()
+            # With tracing on, the request id is the trace id (core/otel.py).
+            else otel.current_trace_id() or new_request_id()
         )
         request.request_id = request_id
         started = time.monotonic()

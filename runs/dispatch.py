@@ -18,6 +18,7 @@ A fresh connection per attempt keeps that true: a pooled keep-alive connection t
 server closed could fail mid-write and look like "never sent".
 """
 
+import contextlib
 import logging
 import os
 import threading
@@ -35,7 +36,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from approvals import services as approvals
-from core import metrics
+from core import metrics, otel
 from core.audit import DISPATCHER, RECONCILER, SWEEPER, Actor, audit, request_id_var
 from core.logs import log_context, traceparent
 
@@ -366,20 +367,25 @@ def _settle(action: Action, attempt: Attempt, result: CallResult, *, actor: Acto
             )
 
 
-def action_log_context(action: Action, *, request_id: bool = True):
+@contextlib.contextmanager
+def action_log_context(action: Action, span: str):
     """Log (and audit) the work on an action under the id of the request that proposed it,
-    with its tenant, run and id (core/logs.py), so one proposal can be followed from the
-    HTTP request to the tool call."""
+    with its tenant, run and id (core/logs.py), and trace it in that request's trace
+    (core/otel.py), so one proposal can be followed from the HTTP request to the tool call."""
     values = {"action_id": action.pk, "run_id": action.run_id, "tenant": action.tenant.slug}
-    if request_id:
-        values["request_id"] = action.request_id or ""
-    return log_context(**values)
+    with (
+        log_context(**values, request_id=action.request_id or ""),
+        otel.span_in_request_trace(
+            span, action.request_id, action_id=action.pk, tool=action.tool.name
+        ),
+    ):
+        yield
 
 
 def dispatch_claimed(action: Action, attempt: Attempt, *, actor: Actor = DISPATCHER) -> None:
     """Call the tool for a claimed action and settle it; at most once past the boundary."""
     claimed_at = attempt.started_at
-    with action_log_context(action):
+    with action_log_context(action, "takeover.dispatch"):
         not_sent = 0
         while True:
             result = call_tool(action)
@@ -464,7 +470,7 @@ def action_reconcile(action_id, *, actor: Actor = RECONCILER, manual: bool = Fal
 
 def reconcile_claimed(action_id, *, actor: Actor = RECONCILER) -> Action:
     action = Action.objects.select_related("tool", "tenant", "principal").get(pk=action_id)
-    with action_log_context(action):
+    with action_log_context(action, "takeover.reconcile"):
         return _reconcile(action, actor=actor)
 
 
