@@ -1,4 +1,5 @@
 import logging
+import re
 import time
 
 from django.conf import settings
@@ -10,6 +11,15 @@ from .audit import new_request_id
 from .logs import log_context
 
 access_log = logging.getLogger("takeover.access")
+TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
+
+
+def trace_id_of(traceparent: str) -> str:
+    """The trace id of a valid W3C `traceparent` header, else ""."""
+    match = TRACEPARENT.match(traceparent.strip().lower())
+    if not match or not int(match.group(1), 16) or traceparent.startswith("ff"):
+        return ""
+    return match.group(1)
 
 
 def _who(request) -> tuple[str, str]:
@@ -38,8 +48,11 @@ class RequestIdMiddleware:
         request_id = (
             incoming
             if 0 < len(incoming) <= 64 and incoming.isprintable()
-            # With tracing on, the request id is the trace id (core/otel.py).
-            else otel.current_trace_id() or new_request_id()
+            # With tracing on, the request id is the trace id (core/otel.py); without, the
+            # caller's W3C trace id still carries on to the tool's traceparent.
+            else otel.current_trace_id()
+            or trace_id_of(request.headers.get("traceparent", ""))
+            or new_request_id()
         )
         request.request_id = request_id
         started = time.monotonic()
