@@ -364,6 +364,8 @@ class Agent:
             action = response.json()
             if action["state"] in done or time.monotonic() >= deadline:
                 return action
+            if "Retry-After" in response.headers:  # not held: over the cap of waits
+                time.sleep(float(response.headers["Retry-After"]))
 
 
 def percentile(values, q: float) -> float:
@@ -455,16 +457,20 @@ def drive(
     kill_every: float | None = None,
     refuse_every: float | None = None,
     restart_db=None,
+    kill_while_settling: bool = False,
     settle_timeout: float = 600,
     seed: int = 7,
     say=print,
 ) -> LoadResult:
     """Propose `count` actions (each on a target of its own) from `threads` runtimes, with
     the fault mix, SIGKILLing a worker every `kill_every` seconds (it restarts at once, like
-    a pod), and once calling `restart_db` halfway; then wait until nothing is in progress.
-    A 503 is retried with the same key after Retry-After, as a runtime should."""
+    a pod), and once calling `restart_db` halfway; then wait until nothing is in progress
+    (the killing stops when the proposals end, unless `kill_while_settling`). A 503 is
+    retried with the same key after Retry-After, as a runtime should."""
     import random
     from collections import Counter
+
+    from django.db import InterfaceError, OperationalError, connection
 
     from runs.models import Action
     from runs.states import IN_PROGRESS
@@ -478,12 +484,15 @@ def drive(
     control = f"{stack.downstream_url}/_control/faults"
     half = threading.Event()
 
+    proposing = threading.Event()
+    proposing.set()
+
     def chaos():
         next_kill = time.monotonic() + (kill_every or 1e9)
         next_refuse = time.monotonic() + (refuse_every or 1e9)
         while not stop.wait(0.2):
             now = time.monotonic()
-            if now >= next_kill:
+            if now >= next_kill and (proposing.is_set() or kill_while_settling):
                 i = rng.randrange(stack.workers)
                 stack.kill_worker(i)
                 stack.start_worker(i)
@@ -543,12 +552,18 @@ def drive(
         chaos_thread.start()
         try:
             in_threads(threads, propose_share)
+            proposing.clear()
             settle_start = time.monotonic()
             deadline = settle_start + settle_timeout
             while True:
-                open_now = Action.objects.filter(
-                    tenant__slug=agent.tenant, state__in=IN_PROGRESS
-                ).count()
+                try:
+                    open_now = Action.objects.filter(
+                        tenant__slug=agent.tenant, state__in=IN_PROGRESS
+                    ).count()
+                except (OperationalError, InterfaceError):  # the database restarted
+                    connection.close()
+                    time.sleep(1)
+                    continue
                 if not open_now or time.monotonic() > deadline:
                     break
                 time.sleep(1)

@@ -423,9 +423,6 @@ def action_dispatch(action_id, *, actor: Actor = DISPATCHER) -> Action | None:
 # --- reconciliation -----------------------------------------------------------------------
 
 
-RECONCILE_LEASE = timedelta(seconds=30)
-
-
 def _backoff(failures: int) -> timedelta:
     return timedelta(
         seconds=min(5 * 2 ** max(failures - 1, 0), settings.RECONCILE_BACKOFF_MAX_SECONDS)
@@ -448,7 +445,8 @@ def claim_reconcile_batch(limit: int, *, only=None) -> list:
                 "WHERE a.id = ANY(%s) AND t.id = a.tool_id",
                 [
                     now,
-                    RECONCILE_LEASE.total_seconds(),
+                    settings.RECONCILE_LEASE_GRACE_SECONDS
+                    + settings.RECONCILE_READ_INTERVAL_SECONDS * settings.RECONCILE_READ_ATTEMPTS,
                     settings.RECONCILE_READ_ATTEMPTS,
                     ids,
                 ],
