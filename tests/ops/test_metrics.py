@@ -3,8 +3,6 @@ served by the worker itself."""
 
 import time
 
-import httpx
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 TOKEN = "test-metrics-token"  # tests/settings.py
@@ -110,35 +108,3 @@ def test_gauges_follow_actions_as_they_open_and_settle(world, client):
     settled = scrape(client)
     assert value(settled, "takeover_open_actions", tenant=slug, state="awaiting_approval") == 0
     assert value(settled, "takeover_approval_requests_pending", tenant=slug) == 0
-
-
-@pytest.mark.worker
-def test_worker_serves_tool_call_dispatch_and_reconcile_series(world, worker, downstream):
-    world.tool("update_ticket")
-    run = world.start_run()
-    applied = world.propose(
-        run["id"], "wm-1", tool="update_ticket", target="wm-t1", desired_state={"status": "open"}
-    ).json()
-    assert world.wait_action(applied["id"])["state"] == "succeeded"
-    # Applied, then the answer lost: unknown, then reconciled by a read that matches.
-    downstream.fault("drop_after_commit", target="wm-t2")
-    lost = world.propose(
-        run["id"], "wm-2", tool="update_ticket", target="wm-t2", desired_state={"status": "x"}
-    ).json()
-    assert world.wait_action(lost["id"])["resolution"] == "reconciled"
-
-    assert httpx.get(worker.metrics_url, timeout=5).status_code == 401
-    response = httpx.get(
-        worker.metrics_url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=5
-    )
-    assert response.status_code == 200
-    samples = parse(response.text)
-    assert value(samples, "takeover_attempts_total", tool="update_ticket", outcome="applied") >= 1
-    assert value(samples, "takeover_attempts_total", tool="update_ticket", outcome="unknown") >= 1
-    assert value(samples, "takeover_tool_call_seconds_count", tool="update_ticket") >= 2
-    assert value(samples, "takeover_dispatch_seconds_count", tool="update_ticket") >= 2
-    assert (
-        value(samples, "takeover_reconcile_verdicts_total", tool="update_ticket", verdict="match")
-        >= 1
-    )
-    assert ("takeover_lease_expiries_total", frozenset()) in samples
