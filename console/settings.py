@@ -233,6 +233,8 @@ SWEEP_INTERVAL_SECONDS = env_float("SWEEP_INTERVAL_SECONDS", 5)
 # The queue (runs.dispatch.drain): rows claimed per transaction, concurrent tool calls per
 # worker process, and how long one wake-up may drain before it hands over to a fresh one.
 CLAIM_BATCH_SIZE = int(os.environ.get("CLAIM_BATCH_SIZE", 16))
+# With the pool busy, wait this long for half a batch of free slots before claiming fewer.
+CLAIM_LINGER_SECONDS = env_float("CLAIM_LINGER_SECONDS", 0.02)
 DISPATCH_CONCURRENCY = int(os.environ.get("DISPATCH_CONCURRENCY", 32))
 DRAIN_MAX_SECONDS = env_float("DRAIN_MAX_SECONDS", 60)
 # A wake-up nobody picked up in this time is dropped by the broker (the sweep drains anyway).
