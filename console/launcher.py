@@ -25,8 +25,14 @@ would teach the wrong lesson.
 Quirks:
 - Routine chatter is filtered out of the console: beat's "Sending due task", the worker's
   "received"/"succeeded" line per task and its httpx line per tool call (the agent reports
-  every outcome instead), kombu's "No hostname was supplied". ``VERBOSE=1`` shows
-  everything, plus gunicorn's access log and one line per request of the demo downstream.
+  every outcome instead), the web's access line per request,
+  kombu's "No hostname was supplied". ``VERBOSE=1`` shows everything, plus gunicorn's
+  access log and one line per request of the demo downstream.
+- gunicorn runs with ``--no-control-socket``: its default shared ``~/.gunicorn`` socket
+  would let one stack's shutdown remove another's.
+- Every child shares ``PROMETHEUS_MULTIPROC_DIR=./var/prometheus`` (emptied at start), so
+  the web's /metrics also shows the worker's series on this one machine. /metrics answers
+  only once ``METRICS_TOKEN`` (or ``METRICS_ALLOW_FROM``) is set.
 - The embedded PostgreSQL is stopped on exit even if another process (a test run in the
   same checkout, say) still uses it; it starts again on that process's next connection.
 """
@@ -34,6 +40,7 @@ Quirks:
 import contextlib
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -52,7 +59,8 @@ READY_TIMEOUT_SECONDS = 90
 NOISE = re.compile(
     r"Sending due task"
     r"|Task runs\.\w+\[[0-9a-f-]+\] (received|succeeded in)"
-    r"|INFO/MainProcess\] HTTP Request: "
+    r"|HTTP Request: (GET|POST) "
+    r"|takeover\.access"
     r"|No hostname was supplied\. Reverting to default"
 )
 
@@ -193,7 +201,16 @@ class Launcher:
         env = dict(os.environ)
         env["PYTHONUNBUFFERED"] = "1"  # line by line through the pipes
         env.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+        env.setdefault("PROMETHEUS_MULTIPROC_DIR", str(self.metrics_dir()))
         return env
+
+    def metrics_dir(self) -> Path:
+        """Emptied once per start: series of processes that are gone must not add up."""
+        if not hasattr(self, "_metrics_dir"):
+            self._metrics_dir = self.var_dir / "prometheus"
+            shutil.rmtree(self._metrics_dir, ignore_errors=True)
+            self._metrics_dir.mkdir(parents=True)
+        return self._metrics_dir
 
     def children_for(self, broker: str) -> list[Child]:
         # Options as strings for legibility; paths (which may hold spaces) as list items.

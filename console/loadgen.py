@@ -107,10 +107,14 @@ class Stack:
             "DATABASE_URL": self.database_url,
             "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "console.settings"),
             "PYTHONUNBUFFERED": "1",
+            # No access line per request, no line per dispatch: they would be measured too.
+            "LOG_LEVEL": os.environ.get("LOG_LEVEL", "WARNING"),
             **self.env_extra,
         }
         if not self.env.get("CELERY_BROKER_URL"):
             self.env["CELERY_BROKER_DIR"] = str(self.work_dir / "broker")
+        # Every process of this stack on one named queue (the default derives it per database).
+        self.queue = self.env.setdefault("CELERY_QUEUE", "takeover-loadgen")
         self.downstream_url = ""
 
     # --- processes ------------------------------------------------------------------------
@@ -247,7 +251,7 @@ class Stack:
         with Connection(self.env["CELERY_BROKER_URL"]) as conn:
             channel = conn.channel()
             try:
-                return channel.queue_declare("celery", passive=True).message_count
+                return channel.queue_declare(self.queue, passive=True).message_count
             finally:
                 channel.close()
 

@@ -651,6 +651,7 @@ AUDIT_VERBS = sorted(
         *("action.", "approval.", "approval_request.", "ledger.", "run."),
         *("force_replay", "run.replay", "run.start", "run.claim", "run.success", "run.error"),
         *("run.cancelled", "tool.create", "principal.create", "operator.grant_role"),
+        *("token.issue", "token.revoke", "token.rotate", "audit.archive"),
     }
 )
 

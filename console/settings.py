@@ -41,6 +41,15 @@ SECRET_KEY = _secret_key()
 DEBUG = env_bool("DEBUG")
 ALLOWED_HOSTS = os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",")
 CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+# Behind a proxy that terminates TLS and sets X-Forwarded-Proto: trust that header, send
+# cookies over HTTPS only, and redirect plain HTTP (the probes and /metrics are answered
+# before the redirect, so a load balancer may still check over plain HTTP).
+BEHIND_TLS_PROXY = env_bool("BEHIND_TLS_PROXY")
+if BEHIND_TLS_PROXY:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", default=True)
+    SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", 0))
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -64,6 +73,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "console.ops.OpsMiddleware",  # /healthz, /readyz, /metrics: before host checks
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "core.middleware.RequestIdMiddleware",
@@ -110,8 +120,19 @@ if _socket_host := DATABASES["default"].get("OPTIONS", {}).pop("host", None):
     DATABASES["default"]["HOST"] = _socket_host
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DATABASES["default"].setdefault("OPTIONS", {})
-# A statement stuck behind a lock is a bug we want to see, not a hung worker.
-DATABASES["default"]["OPTIONS"].setdefault("options", "-c lock_timeout=10000")
+DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", 5)  # a dead host fails fast
+# A statement stuck behind a lock is a bug we want to see, not a hung worker. Set with SET
+# when a connection opens (core.apps), not as a startup option: PgBouncer refuses those
+# ("unsupported startup parameter: options"). Behind a pooler in transaction mode also set
+# it per role (README, "PgBouncer"), since a session SET reaches one server connection only.
+DATABASE_LOCK_TIMEOUT_MS = int(os.environ.get("DATABASE_LOCK_TIMEOUT_MS", 10000))
+# DATABASE_POOLER=transaction: PgBouncer (or alike) in transaction mode. No server-side
+# cursors and no prepared statements, since consecutive transactions of one Django
+# connection may run on different server connections.
+DATABASE_POOLER = os.environ.get("DATABASE_POOLER", "")
+if DATABASE_POOLER == "transaction":
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+    DATABASES["default"]["OPTIONS"]["prepare_threshold"] = None
 DATABASES["default"]["TEST"] = {"NAME": os.environ.get("TEST_DATABASE_NAME", "test_takeover")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -221,6 +242,17 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+# One queue per deployment, so that two deployments sharing a broker never take each
+# other's messages. The default is derived from the database name (one deployment, one
+# database); set CELERY_QUEUE to name it yourself.
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_QUEUE") or "takeover-" + str(
+    DATABASES["default"].get("NAME") or "default"
+)
+
+# Retention (manage.py archive): where archives go, and the connection that may delete audit
+# events (in production the owner's, not the application's restricted role).
+ARCHIVE_DIR = Path(os.environ.get("ARCHIVE_DIR", VAR_DIR / "archive"))
+ARCHIVE_DATABASE = os.environ.get("ARCHIVE_DATABASE", "default")
 
 # Engine tunables.
 SAFE_RETRY_LIMIT = int(os.environ.get("SAFE_RETRY_LIMIT", 1))
@@ -254,11 +286,39 @@ APPROVAL_REQUEST_TTL_SECONDS = env_float("APPROVAL_REQUEST_TTL_SECONDS", 24 * 36
 RUN_STALE_AFTER = env_float("RUN_STALE_AFTER", 6 * 3600)
 ACTION_WAIT_MAX_SECONDS = 30
 
+# Observability. LOG_FORMAT=json: one JSON object per line with the request id, tenant,
+# actor, run and action where known (core/logs.py).
+LOG_FORMAT = os.environ.get("LOG_FORMAT", "plain")
+# /metrics: a bearer token, or client addresses allowed without one (comma-separated CIDRs).
+# Neither set: /metrics answers 404, so nothing is exposed by accident.
+METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
+METRICS_ALLOW_FROM = [a for a in os.environ.get("METRICS_ALLOW_FROM", "").split(",") if a]
+# Workers serve their own counters and histograms on this port (0: off); see core/metrics.py.
+WORKER_METRICS_PORT = int(os.environ.get("WORKER_METRICS_PORT", 0))
+WORKER_METRICS_ADDR = os.environ.get("WORKER_METRICS_ADDR", "127.0.0.1")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"context": {"()": "core.logs.ContextFilter"}},
+    "formatters": {
+        "plain": {
+            "()": "core.logs.PlainFormatter",
+            "format": "%(asctime)s %(levelname)s %(name)s %(message)s",
+        },
+        "json": {
+            "()": "core.logs.JsonFormatter",
+            "format": "%(asctime)s %(levelname)s %(name)s %(message)s",
+            "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
+        },
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "json" if LOG_FORMAT == "json" else "plain",
+            "filters": ["context"],
+        }
+    },
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {
         "django.db.backends": {"level": "INFO"},

@@ -3,7 +3,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import views
+from . import tokens, views
 
 app_name = "console"
 
@@ -28,4 +28,8 @@ urlpatterns = [
     path("replays.csv", views.replays_csv, name="replays_csv"),
     path("audit/", views.audit, name="audit"),
     path("audit.csv", views.audit_csv, name="audit_csv"),
+    path("tokens/", tokens.tokens, name="tokens"),
+    path("tokens/issue/", tokens.token_issue_view, name="token_issue"),
+    path("tokens/<uuid:pk>/revoke/", tokens.token_revoke_view, name="token_revoke"),
+    path("tokens/<uuid:pk>/rotate/", tokens.token_rotate_view, name="token_rotate"),
 ]

@@ -4,15 +4,15 @@ Every service that changes state takes a keyword-only `actor` and calls `audit()
 its own transaction (SPEC §3 invariant 8).
 """
 
-import contextvars
 import uuid
 from dataclasses import dataclass
 
 from django.utils import timezone
 
+from .logs import request_id_var
 from .models import AuditEvent
 
-request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="")
+__all__ = ["SYSTEM", "Actor", "audit", "new_request_id", "request_id_var"]
 
 
 @dataclass(frozen=True)
@@ -94,3 +94,57 @@ def audit_fields(
         # The worker acts for the request that proposed the action: same id, one trail.
         request_id=request_id if request_id is not None else request_id_var.get(),
     )
+
+
+# --- the one way out of the audit log ------------------------------------------------------
+
+ARCHIVE_VERB = "audit.archive"
+AUDIT_TRIGGER = "core.AuditEvent:audit_append_only"
+
+
+class AuditDeletionRefused(Exception):
+    pass
+
+
+def audit_events_delete_archived(event_ids, *, using: str, actor: Actor, record: dict, tenant=None):
+    """Delete audit events that an archive has written out. The only code path that may.
+
+    Guarded: it must run inside a transaction on `using` (so that the deletion commits or
+    rolls back with the rest of the archive), it refuses the archive's own records (verb
+    `audit.archive`: the log keeps them for good), it first writes its own `audit.archive`
+    event with `record` (what was archived, where, with which checksums), and it deletes
+    exactly `event_ids` or nothing (a count that differs rolls everything back).
+
+    The append-only trigger stays installed: this function lifts it for one DELETE
+    statement in this transaction only (django-pgtrigger's `ignore`, a transaction-local
+    setting), so every other UPDATE or DELETE, here or anywhere, is still refused. In
+    production the application's own database role has no DELETE on the table at all;
+    `using` names the connection (the owner's) that does (README, "Retention").
+    """
+    import pgtrigger
+    from django.db import connections
+
+    connection = connections[using]
+    if not connection.in_atomic_block:
+        raise AuditDeletionRefused("audit events are deleted only inside an archive transaction")
+    ids = list(dict.fromkeys(str(i) for i in event_ids))
+    protected = AuditEvent.objects.using(using).filter(pk__in=ids, verb=ARCHIVE_VERB).count()
+    if protected:
+        raise AuditDeletionRefused(f"{protected} archive records are kept for good")
+    event = AuditEvent.objects.using(using).create(
+        tenant=tenant,  # a pass over one tenant shows in that tenant's audit log
+        at=timezone.now(),
+        actor_kind=actor.kind,
+        actor_name=actor.name,
+        verb=ARCHIVE_VERB,
+        object_type="archive",
+        object_id=record.get("archive_id", ""),
+        after=record,
+        reason=record.get("reason", ""),
+        request_id=request_id_var.get(),
+    )
+    with pgtrigger.ignore(AUDIT_TRIGGER, databases=[using]):
+        deleted, _ = AuditEvent.objects.using(using).filter(pk__in=ids).delete()
+    if deleted != len(ids):
+        raise AuditDeletionRefused(f"deleted {deleted} audit events, expected {len(ids)}")
+    return event

@@ -1,12 +1,42 @@
+import logging
+import re
+import time
+
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
+from . import metrics, otel
 from .api.problems import internal_error, problem_json, unavailable
-from .audit import new_request_id, request_id_var
+from .audit import new_request_id
+from .logs import log_context
+
+access_log = logging.getLogger("takeover.access")
+TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
+
+
+def trace_id_of(traceparent: str) -> str:
+    """The trace id of a valid W3C `traceparent` header, else ""."""
+    match = TRACEPARENT.match(traceparent.strip().lower())
+    if not match or not int(match.group(1), 16) or traceparent.startswith("ff"):
+        return ""
+    return match.group(1)
+
+
+def _who(request) -> tuple[str, str]:
+    """(tenant, actor) of an answered request, as far as it was established."""
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return "", ""
+    tenant = getattr(user, "tenant", None)
+    if tenant is not None:  # an API Caller
+        return tenant.slug, f"{user.kind}:{user.name}"
+    session = getattr(request, "session", None)
+    return (session.get("tenant", "") if session else ""), f"operator:{user.get_username()}"
 
 
 class RequestIdMiddleware:
-    """Tag the request (and every audit event it writes) with an id; echo it back.
+    """Tag the request (and every audit event it writes) with an id; echo it back. Log one
+    access line per request with it, and count the request for /metrics.
 
     Also refuses oversized API bodies before anything reads them (413)."""
 
@@ -16,19 +46,45 @@ class RequestIdMiddleware:
     def __call__(self, request):
         incoming = request.headers.get("X-Request-ID", "")
         request_id = (
-            incoming if 0 < len(incoming) <= 64 and incoming.isprintable() else new_request_id()
+            incoming
+            if 0 < len(incoming) <= 64 and incoming.isprintable()
+            # With tracing on, the request id is the trace id (core/otel.py); without, the
+            # caller's W3C trace id still carries on to the tool's traceparent.
+            else otel.current_trace_id()
+            or trace_id_of(request.headers.get("traceparent", ""))
+            or new_request_id()
         )
         request.request_id = request_id
-        token = request_id_var.set(request_id)
-        try:
+        started = time.monotonic()
+        # Authentication adds the tenant and actor to this context (core.api.auth).
+        with log_context(request_id=request_id, tenant="", actor="", run_id="", action_id=""):
             if request.path.startswith("/api/") and (too_big := self._too_big(request)):
                 response = too_big
             else:
                 response = self.get_response(request)
-        finally:
-            request_id_var.reset(token)
+            self._log(request, response, time.monotonic() - started)
         response["X-Request-ID"] = request_id
         return response
+
+    def _log(self, request, response, seconds: float) -> None:
+        match = getattr(request, "resolver_match", None)
+        route = ("/" + match.route) if match is not None else "unmatched"
+        metrics.record_request(request.method, route, response.status_code, seconds)
+        tenant, actor = _who(request)
+        with log_context(tenant=tenant, actor=actor):
+            access_log.info(
+                "%s %s %s %.1f ms",
+                request.method,
+                request.path,
+                response.status_code,
+                seconds * 1000,
+                extra={
+                    "method": request.method,
+                    "path": request.path,
+                    "status": response.status_code,
+                    "duration_ms": round(seconds * 1000, 1),
+                },
+            )
 
     def _too_big(self, request):
         try:

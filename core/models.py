@@ -98,8 +98,17 @@ class ApiToken(models.Model):
         on_delete=models.CASCADE,
         related_name="api_tokens",
     )
+    name = models.CharField(max_length=100, blank=True)  # what it is for, e.g. "ci-deploy"
     created_at = models.DateTimeField(auto_now_add=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # Refused from this instant on; null: never expires.
+    expires_at = models.DateTimeField(null=True, blank=True)
+    # Written at most once a minute per token (LAST_USED_RESOLUTION), not on every request.
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    # The token this one replaced by rotation.
+    rotated_from = models.OneToOneField(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="rotated_to"
+    )
 
     class Meta:
         constraints = [
@@ -111,12 +120,31 @@ class ApiToken(models.Model):
         ]
 
     @classmethod
-    def issue(cls, *, principal=None, user=None) -> tuple["ApiToken", str]:
+    def issue(cls, *, principal=None, user=None, name="", expires_at=None, rotated_from=None):
         raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
         token = cls.objects.create(
-            key_hash=hash_token(raw), label=raw[:10], principal=principal, user=user
+            key_hash=hash_token(raw),
+            label=raw[:10],
+            principal=principal,
+            user=user,
+            name=name,
+            expires_at=expires_at,
+            rotated_from=rotated_from,
         )
         return token, raw
+
+    @property
+    def owner(self) -> dict:
+        if self.principal_id:
+            return {"kind": "principal", "name": self.principal.name}
+        return {"kind": "operator", "name": self.user.get_username()}
+
+    def state_at(self, now) -> str:
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and self.expires_at <= now:
+            return "expired"
+        return "active"
 
 
 class ToolEffect(models.TextChoices):

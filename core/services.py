@@ -1,7 +1,11 @@
 """Set-up services: tenants, principals, operators, tools. Each audited."""
 
+from datetime import timedelta
+
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
 
 from .audit import Actor, audit
 from .errors import StateConflict, ValidationFailed
@@ -99,18 +103,136 @@ def tool_create(
     return tool
 
 
-def token_issue(*, tenant: Tenant, actor: Actor, principal=None, user=None) -> tuple[ApiToken, str]:
+def _token_facts(token: ApiToken) -> dict:
+    return {
+        "label": token.label,
+        "name": token.name,
+        "owner": token.owner,
+        "expires_at": token.expires_at.isoformat() if token.expires_at else None,
+    }
+
+
+def token_issue(
+    *, tenant: Tenant, actor: Actor, principal=None, user=None, name: str = "", expires_at=None
+) -> tuple[ApiToken, str]:
     """A new API token for a principal or an operator; the raw token is returned only here."""
+    if expires_at is not None and expires_at <= timezone.now():
+        raise ValidationFailed("Already expired.", {"expires_at": ["Must be in the future."]})
     with transaction.atomic():
-        token, raw = ApiToken.issue(principal=principal, user=user)
+        token, raw = ApiToken.issue(
+            principal=principal, user=user, name=name, expires_at=expires_at
+        )
+        audit(actor=actor, verb="token.issue", obj=token, tenant=tenant, after=_token_facts(token))
+    return token, raw
+
+
+def token_revoke(token: ApiToken, *, tenant: Tenant, actor: Actor, reason: str = "") -> ApiToken:
+    """Refuse the token from now on. The next request that presents it gets a 401."""
+    with transaction.atomic():
+        now = timezone.now()
+        if (
+            ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=now)
+            != 1
+        ):
+            raise StateConflict("This token is already revoked.")
+        token.refresh_from_db()
         audit(
             actor=actor,
-            verb="token.issue",
+            verb="token.revoke",
             obj=token,
             tenant=tenant,
-            after={"label": token.label, "owner": (principal or user).__str__()},
+            before={"state": "active"},
+            after={**_token_facts(token), "state": "revoked"},
+            reason=reason,
         )
-    return token, raw
+    return token
+
+
+UNCHANGED = object()
+
+
+def token_rotate(
+    token: ApiToken,
+    *,
+    tenant: Tenant,
+    actor: Actor,
+    expires_at=UNCHANGED,
+    overlap_seconds: float = 0,
+    reason: str = "",
+) -> tuple[ApiToken, str]:
+    """Replace a token by a new one for the same owner and purpose.
+
+    The old token is revoked at once, or, with `overlap_seconds`, expires that much later,
+    so that a fleet can switch without a failed request. The new one keeps the old one's
+    lifetime (a 90-day token is replaced by a 90-day token) unless `expires_at` is given.
+    A token can be rotated once: the second of two racing rotations is a conflict.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        old = ApiToken.objects.select_for_update(no_key=True).get(pk=token.pk)
+        if old.state_at(now) != "active":
+            raise StateConflict(
+                f"Only an active token can be rotated; this one is {old.state_at(now)}."
+            )
+        if ApiToken.objects.filter(rotated_from=old).exists():
+            raise StateConflict("This token was already rotated.")
+        if expires_at is UNCHANGED:
+            expires_at = now + (old.expires_at - old.created_at) if old.expires_at else None
+        new, raw = ApiToken.issue(
+            principal=old.principal,
+            user=old.user,
+            name=old.name,
+            expires_at=expires_at,
+            rotated_from=old,
+        )
+        if overlap_seconds > 0:
+            until = now + timedelta(seconds=overlap_seconds)
+            old.expires_at = min(old.expires_at, until) if old.expires_at else until
+            old.save(update_fields=["expires_at"])
+        else:
+            old.revoked_at = now
+            old.save(update_fields=["revoked_at"])
+        audit(
+            actor=actor,
+            verb="token.rotate",
+            obj=old,
+            tenant=tenant,
+            before=_token_facts(old) | {"id": str(old.pk)},
+            after=_token_facts(new)
+            | {
+                "id": str(new.pk),
+                "old_expires_at": old.expires_at.isoformat() if old.expires_at else None,
+            },
+            reason=reason,
+        )
+    return new, raw
+
+
+def operator_manageable(tenant: Tenant, user, admin_user=None) -> bool:
+    """May an admin of `tenant` (`admin_user`; None: the command line) manage the tokens of
+    the operator `user`? The rule of `tokens_manageable`, for one person."""
+    if not Membership.objects.filter(user=user, tenant=tenant).exists():
+        return False
+    if admin_user is None:
+        return True
+    admin_of = Membership.objects.filter(user=admin_user, role=Role.ADMIN).values("tenant")
+    return not Membership.objects.filter(user=user).exclude(tenant__in=admin_of).exists()
+
+
+def tokens_manageable(tenant: Tenant, admin_user=None):
+    """The tokens an admin of `tenant` may see and change: those of its principals, and
+    those of operators who belong to it and to no tenant where `admin_user` is not admin
+    (an admin of one tenant must not lock a person out of another). Without `admin_user`
+    (the command line, a platform operator): every operator of the tenant."""
+    members = Membership.objects.filter(tenant=tenant).values("user")
+    operators = Q(user__in=members)
+    if admin_user is not None:
+        admin_of = Membership.objects.filter(user=admin_user, role=Role.ADMIN).values("tenant")
+        elsewhere = Membership.objects.exclude(tenant__in=admin_of).values("user")
+        operators &= ~Q(user__in=elsewhere)
+    return ApiToken.objects.select_related("principal", "user").filter(
+        Q(principal__tenant=tenant) | operators
+    )
 
 
 TOOL_EDITABLE = {"base_url", "effect", "requires_approval", "identity_fields", "timeout_seconds"}

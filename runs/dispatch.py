@@ -18,6 +18,7 @@ A fresh connection per attempt keeps that true: a pooled keep-alive connection t
 server closed could fail mid-write and look like "never sent".
 """
 
+import contextlib
 import logging
 import os
 import threading
@@ -35,7 +36,9 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from approvals import services as approvals
+from core import metrics, otel
 from core.audit import DISPATCHER, RECONCILER, SWEEPER, Actor, audit, request_id_var
+from core.logs import log_context, traceparent
 
 from .models import Action, Attempt, Reconciliation
 from .services import (
@@ -95,7 +98,18 @@ def call_tool(action: Action) -> CallResult:
         "desired_state": action.desired_state,
         "expected_version": action.expected_version,
     }
-    headers = {"Idempotency-Key": action.idempotency_key, "X-Takeover-Action": str(action.pk)}
+    headers = {
+        "Idempotency-Key": action.idempotency_key,
+        "X-Takeover-Action": str(action.pk),
+        "traceparent": traceparent(),
+    }
+    started = time.monotonic()
+    result = _post_effect(tool, body, headers)
+    metrics.record_tool_call(tool.name, result.outcome, time.monotonic() - started)
+    return result
+
+
+def _post_effect(tool, body: dict, headers: dict) -> CallResult:
     url = tool.base_url.rstrip("/") + "/effects"
     try:
         response = http_client().post(url, json=body, headers=headers, timeout=tool.timeout_seconds)
@@ -353,10 +367,25 @@ def _settle(action: Action, attempt: Attempt, result: CallResult, *, actor: Acto
             )
 
 
+@contextlib.contextmanager
+def action_log_context(action: Action, span: str):
+    """Log (and audit) the work on an action under the id of the request that proposed it,
+    with its tenant, run and id (core/logs.py), and trace it in that request's trace
+    (core/otel.py), so one proposal can be followed from the HTTP request to the tool call."""
+    values = {"action_id": action.pk, "run_id": action.run_id, "tenant": action.tenant.slug}
+    with (
+        log_context(**values, request_id=action.request_id or ""),
+        otel.span_in_request_trace(
+            span, action.request_id, action_id=action.pk, tool=action.tool.name
+        ),
+    ):
+        yield
+
+
 def dispatch_claimed(action: Action, attempt: Attempt, *, actor: Actor = DISPATCHER) -> None:
     """Call the tool for a claimed action and settle it; at most once past the boundary."""
-    token = request_id_var.set(action.request_id or "")
-    try:
+    claimed_at = attempt.started_at
+    with action_log_context(action, "takeover.dispatch"):
         not_sent = 0
         while True:
             result = call_tool(action)
@@ -370,6 +399,7 @@ def dispatch_claimed(action: Action, attempt: Attempt, *, actor: Actor = DISPATC
             if attempt is None:
                 return
         _settle(action, attempt, result, actor=actor)
+        metrics.record_dispatch(action.tool.name, (timezone.now() - claimed_at).total_seconds())
         logger.info(
             "action %s (%s → %s): %s%s",
             action.pk,
@@ -377,9 +407,8 @@ def dispatch_claimed(action: Action, attempt: Attempt, *, actor: Actor = DISPATC
             action.target,
             result.outcome,
             f" HTTP {result.http_status}" if result.http_status else "",
+            extra={"tool": action.tool.name, "outcome": result.outcome},
         )
-    finally:
-        request_id_var.reset(token)
 
 
 def action_dispatch(action_id, *, actor: Actor = DISPATCHER) -> Action | None:
@@ -439,17 +468,18 @@ def action_reconcile(action_id, *, actor: Actor = RECONCILER, manual: bool = Fal
 
 def reconcile_claimed(action_id, *, actor: Actor = RECONCILER) -> Action:
     action = Action.objects.select_related("tool", "tenant", "principal").get(pk=action_id)
-    token = request_id_var.set(action.request_id or "")
-    try:
+    with action_log_context(action, "takeover.reconcile"):
         return _reconcile(action, actor=actor)
-    finally:
-        request_id_var.reset(token)
 
 
 def _reconcile(action: Action, *, actor: Actor) -> Action:
     action_id = action.pk
     read = read_authoritative(action)
     verdict, diff = judge(action, read)
+    metrics.record_reconcile(action.tool.name, verdict)
+    logger.info(
+        "action %s (%s → %s) reconciled: %s", action_id, action.tool.name, action.target, verdict
+    )
     with transaction.atomic():
         action = Action.objects.select_for_update(no_key=True).get(pk=action_id)
         Reconciliation.objects.create(
@@ -542,6 +572,7 @@ def expire_leases(*, actor: Actor = SWEEPER, limit: int = 500) -> list:
                 next_reconcile_at=now,
             )
             moved.append(action.pk)
+    metrics.record_lease_expiry(len(moved))
     return moved
 
 

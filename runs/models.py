@@ -13,6 +13,7 @@ from django.db.models import Q
 
 from .states import (
     OPEN_FOR_HUMANS,
+    UNSETTLED,
     ActionState,
     AttemptOutcome,
     BlockReason,
@@ -171,6 +172,13 @@ class Action(models.Model):
                 name="action_leased",
             ),
             models.Index(fields=["run", "created_at"], name="action_by_run"),
+            # Not settled yet: the /metrics gauges count it per tenant and state, and take the
+            # oldest, from this small index alone (blocked, terminal and ever-growing, is out).
+            models.Index(
+                fields=["state", "tenant", "created_at"],
+                condition=Q(state__in=UNSETTLED),
+                name="action_unsettled",
+            ),
         ]
 
     def __str__(self):

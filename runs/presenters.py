@@ -212,3 +212,24 @@ def tool_dict(tool) -> dict:
         "timeout_seconds": tool.timeout_seconds,
         "created_at": _iso(tool.created_at),
     }
+
+
+def token_dict(token, raw: str | None = None) -> dict:
+    """An API token as admins see it: never its secret, except `token` once at creation."""
+    from django.utils import timezone
+
+    body = {
+        "id": str(token.pk),
+        "label": token.label,
+        "name": token.name,
+        "owner": token.owner,
+        "state": token.state_at(timezone.now()),
+        "created_at": _iso(token.created_at),
+        "expires_at": _iso(token.expires_at),
+        "last_used_at": _iso(token.last_used_at),
+        "revoked_at": _iso(token.revoked_at),
+        "rotated_from": str(token.rotated_from_id) if token.rotated_from_id else None,
+    }
+    if raw is not None:
+        body["token"] = raw
+    return body

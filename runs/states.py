@@ -39,10 +39,13 @@ TERMINAL = {s for s, nxt in TRANSITIONS.items() if not nxt}
 PAST_BOUNDARY = {S.DISPATCHING, S.UNKNOWN, S.NEEDS_HUMAN}
 OPEN_FOR_HUMANS = [S.UNKNOWN, S.NEEDS_HUMAN, S.BLOCKED, S.AWAITING_APPROVAL]
 IN_PROGRESS = {S.QUEUED, S.DISPATCHING, S.UNKNOWN}  # what `?wait=` waits through
+# Not settled yet (every non-terminal state), in a fixed order: the metrics gauges.
+UNSETTLED = [S.AWAITING_APPROVAL, S.QUEUED, S.DISPATCHING, S.UNKNOWN, S.NEEDS_HUMAN]
 
 
 def _check_table():
     assert set(TRANSITIONS) == set(ActionState.values), "every state needs a row"
+    assert set(UNSETTLED) == set(ActionState.values) - TERMINAL
     for source in PAST_BOUNDARY:
         assert S.QUEUED not in TRANSITIONS[source], f"{source} must never go back to queued"
 

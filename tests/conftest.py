@@ -9,6 +9,7 @@ design). Isolation comes from a fresh tenant (and fresh targets) per test instea
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -149,16 +150,18 @@ def downstream():
 
 
 class Worker:
-    def __init__(self, process, log_path, restart=None):
+    def __init__(self, process, log_path, restart=None, metrics_port=None):
         self.process = process
         self.log_path = log_path
         self._restart = restart
+        self.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics" if metrics_port else None
 
     def restart(self):
         """Start a fresh worker process in place of this (dead or killed) one."""
         self.stop()
         fresh = self._restart()
         self.process, self.log_path = fresh.process, fresh.log_path
+        self.metrics_url = fresh.metrics_url
 
     def kill(self):
         os.killpg(self.process.pid, signal.SIGKILL)
@@ -174,6 +177,12 @@ class Worker:
 
     def log(self) -> str:
         return Path(self.log_path).read_text(errors="replace")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def start_worker(tmp_path_factory, *, beat=True, env=None) -> Worker:
@@ -201,6 +210,7 @@ def start_worker(tmp_path_factory, *, beat=True, env=None) -> Worker:
     ]
     if beat:
         cmd += ["-B", "-s", str(log_dir / "beat-schedule")]
+    metrics_port = free_port()
     process = subprocess.Popen(
         cmd,
         cwd=ROOT,
@@ -208,6 +218,9 @@ def start_worker(tmp_path_factory, *, beat=True, env=None) -> Worker:
             **os.environ,
             "DATABASE_URL": database_url(),
             "DJANGO_SETTINGS_MODULE": "tests.settings",
+            "WORKER_METRICS_PORT": str(metrics_port),
+            # As in production: one JSON object per log line (tests/ops/test_logs.py reads them).
+            "LOG_FORMAT": "json",
             **(env or {}),
         },
         stdout=open(log_path, "w"),  # noqa: SIM115 -- the child process owns it
@@ -215,7 +228,10 @@ def start_worker(tmp_path_factory, *, beat=True, env=None) -> Worker:
         start_new_session=True,
     )
     worker = Worker(
-        process, log_path, restart=lambda: start_worker(tmp_path_factory, beat=beat, env=env)
+        process,
+        log_path,
+        restart=lambda: start_worker(tmp_path_factory, beat=beat, env=env),
+        metrics_port=metrics_port,
     )
     deadline = time.monotonic() + 60
     while "ready." not in worker.log():

@@ -13,6 +13,10 @@ os.environ.setdefault("SAFE_RETRY_DELAY_SECONDS", "3")
 os.environ.setdefault("DISPATCH_LEASE_GRACE_SECONDS", "3")
 os.environ.setdefault("RECONCILE_LEASE_GRACE_SECONDS", "3")
 os.environ.setdefault("SWEEP_INTERVAL_SECONDS", "1")
+# The test process and its workers name different databases (takeover / test_takeover), so
+# the per-deployment default queue would differ between them: name it.
+os.environ.setdefault("CELERY_QUEUE", "takeover-tests")
+os.environ.setdefault("METRICS_TOKEN", "test-metrics-token")
 
 from console.settings import *  # noqa: F403
 

@@ -85,3 +85,46 @@ class PrincipalIn(serializers.Serializer):
 
 class OperatorRoleIn(serializers.Serializer):
     role = serializers.ChoiceField(choices=Role.choices)
+
+
+MAX_TOKEN_LIFETIME_SECONDS = 5 * 365 * 24 * 3600
+
+
+class TokenIn(serializers.Serializer):
+    """Exactly one owner: `principal` (a name in this tenant) or `operator` (a username)."""
+
+    principal = StrictCharField(required=False, max_length=100)
+    operator = StrictCharField(required=False, max_length=150)
+    name = StrictCharField(required=False, allow_blank=True, default="", max_length=100)
+    expires_in_seconds = StrictFloatField(
+        required=False,
+        allow_null=True,
+        default=None,
+        min_value=60,
+        max_value=MAX_TOKEN_LIFETIME_SECONDS,
+    )
+
+    def validate(self, data):
+        if bool(data.get("principal")) == bool(data.get("operator")):
+            raise serializers.ValidationError(
+                {"principal": ["Name exactly one owner: principal or operator."]}
+            )
+        return data
+
+
+class TokenRotateIn(serializers.Serializer):
+    expires_in_seconds = StrictFloatField(
+        required=False,
+        allow_null=True,
+        default=None,
+        min_value=60,
+        max_value=MAX_TOKEN_LIFETIME_SECONDS,
+    )
+    overlap_seconds = StrictFloatField(
+        required=False, default=0, min_value=0, max_value=7 * 24 * 3600
+    )
+    reason = StrictCharField(required=False, allow_blank=True, default="", max_length=5000)
+
+
+class OptionalReasonIn(serializers.Serializer):
+    reason = StrictCharField(required=False, allow_blank=True, default="", max_length=5000)

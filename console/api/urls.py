@@ -30,4 +30,7 @@ urlpatterns = [
     path("audit", views.audit, name="audit"),
     path("tools", views.tools, name="tools"),
     path("principals", views.principals, name="principals"),
+    path("tokens", views.tokens, name="tokens"),
+    path("tokens/<uuid:pk>/revoke", views.token_revoke_view, name="token-revoke"),
+    path("tokens/<uuid:pk>/rotate", views.token_rotate_view, name="token-rotate"),
 ]

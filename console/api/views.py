@@ -4,10 +4,13 @@ service, present the result. Another tenant's object is always a 404."""
 import json
 import re
 import time
+from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Prefetch
+from django.contrib.auth import get_user_model
+from django.db.models import Prefetch, Q
 from django.http import Http404
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.decorators import api_view, parser_classes
@@ -21,7 +24,15 @@ from core.api.permissions import require_operator, require_principal
 from core.api.problems import problem
 from core.errors import StateConflict, ValidationFailed
 from core.models import AuditEvent, Principal, Role, Tool
-from core.services import principal_create, tool_create
+from core.services import (
+    operator_manageable,
+    principal_create,
+    token_issue,
+    token_revoke,
+    token_rotate,
+    tokens_manageable,
+    tool_create,
+)
 from ledger.models import LedgerEntry
 from ledger.services import ledger_revoke
 from runs import dispatch, selectors, services
@@ -766,3 +777,108 @@ def principals(request):
         },
         status=201,
     )
+
+
+# --- tokens (admin) -----------------------------------------------------------------------
+
+
+def _manageable(caller):
+    return tokens_manageable(caller.tenant, caller.user)
+
+
+def _token_for(caller, pk):
+    token = _manageable(caller).filter(pk=pk).first()
+    if token is None:
+        raise Http404
+    return token
+
+
+def _expiry(seconds):
+    return timezone.now() + timedelta(seconds=seconds) if seconds else None
+
+
+@extend_schema(request=s.TokenIn, responses={201: OBJ})
+@api_view(["GET", "POST"])
+def tokens(request):
+    """Admin: the tokens of this tenant's principals and operators; issue one."""
+    caller = require_operator(request, Role.ADMIN)
+    if request.method == "GET":
+        qs = _manageable(caller)
+        if state := request.query_params.get("state"):
+            now = timezone.now()
+            live = Q(revoked_at__isnull=True) & (Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+            filters = {
+                "active": live,
+                "revoked": Q(revoked_at__isnull=False),
+                "expired": Q(revoked_at__isnull=True, expires_at__lte=now),
+            }
+            if state not in filters:
+                raise ValidationFailed(
+                    "Unknown state.", {"state": ["One of active, revoked, expired."]}
+                )
+            qs = qs.filter(filters[state])
+        return page(request, qs, present.token_dict)
+    fields = valid(s.TokenIn, body_object(request))
+    owner = {}
+    if fields.get("principal"):
+        owner["principal"] = Principal.objects.filter(
+            tenant=caller.tenant, name=fields["principal"]
+        ).first()
+        if owner["principal"] is None:
+            raise ValidationFailed(
+                "No such principal.", {"principal": ["No principal of that name here."]}
+            )
+    else:
+        user = _manageable_operator(caller, fields["operator"])
+        if user is None:
+            raise ValidationFailed(
+                "No such operator.",
+                {"operator": ["No operator of that name whose tokens you may manage."]},
+            )
+        owner["user"] = user
+    token, raw = token_issue(
+        tenant=caller.tenant,
+        actor=caller.actor,
+        name=fields["name"],
+        expires_at=_expiry(fields["expires_in_seconds"]),
+        **owner,
+    )
+    return Response(present.token_dict(token, raw), status=201)
+
+
+def _manageable_operator(caller, username):
+    """The operator `username` if an admin of this tenant may manage their tokens."""
+    user = get_user_model().objects.filter(username=username).first()
+    if user is None or not operator_manageable(caller.tenant, user, caller.user):
+        return None
+    return user
+
+
+@extend_schema(request=s.OptionalReasonIn, responses=OBJ)
+@api_view(["POST"])
+def token_revoke_view(request, pk):
+    caller = require_operator(request, Role.ADMIN)
+    token = _token_for(caller, pk)
+    fields = valid(s.OptionalReasonIn, body_object(request))
+    token = token_revoke(token, tenant=caller.tenant, actor=caller.actor, reason=fields["reason"])
+    return Response(present.token_dict(token))
+
+
+@extend_schema(request=s.TokenRotateIn, responses={201: OBJ})
+@api_view(["POST"])
+def token_rotate_view(request, pk):
+    caller = require_operator(request, Role.ADMIN)
+    token = _token_for(caller, pk)
+    fields = valid(s.TokenRotateIn, body_object(request))
+    options = {}
+    if fields["expires_in_seconds"] is not None:
+        options["expires_at"] = _expiry(fields["expires_in_seconds"])
+    new, raw = token_rotate(
+        token,
+        tenant=caller.tenant,
+        actor=caller.actor,
+        overlap_seconds=fields["overlap_seconds"],
+        reason=fields["reason"],
+        **options,
+    )
+    return Response(present.token_dict(new, raw), status=201)

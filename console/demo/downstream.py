@@ -219,6 +219,7 @@ class Store:
         action_header: str | None,
         payload: dict[str, Any] | None,
         problem: str | None,
+        traceparent: str | None = None,
     ) -> Outcome:
         """Count one ``POST {prefix}/effects`` and, unless it is malformed or faulted, apply it."""
         with self._lock:
@@ -263,6 +264,7 @@ class Store:
                     "prefix": prefix,
                     "idempotency_key": idempotency_key,
                     "action_header": action_header,
+                    "traceparent": traceparent,
                     "body": copy.deepcopy(payload),
                     "status": outcome.status,
                     "applied": applied,
@@ -590,7 +592,9 @@ class Handler(BaseHTTPRequestHandler):
             validate_effect(payload, key, action)
         except BadRequest as exc:
             problem = str(exc)
-        outcome = self.server.store.effect(prefix, key, action, payload, problem)
+        outcome = self.server.store.effect(
+            prefix, key, action, payload, problem, self.headers.get("traceparent")
+        )
         self.note = f" key={key}"
         fault = outcome.fault
         if fault is not None:

@@ -6,17 +6,22 @@ answer never says whether it exists).
 """
 
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from django.db import connection
+from django.db.models import Q
+from django.utils import timezone
 from django.utils.functional import cached_property
 from rest_framework import authentication, exceptions
 
 from core.audit import Actor
 from core.errors import ValidationFailed
+from core.logs import actor_var, tenant_var
 from core.models import ApiToken, Membership, Principal, Tenant, hash_token
 from core.rows import columns, instance, width
 
 TENANT_HEADER = "X-Takeover-Tenant"
+LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
 @dataclass
@@ -44,6 +49,12 @@ class Caller:
 
     def has_role(self, role: str) -> bool:
         return self.kind == "operator" and role in self.roles
+
+    def into_log_context(self) -> "Caller":
+        # Reset by the request middleware when the request ends.
+        tenant_var.set(self.tenant.slug)
+        actor_var.set(f"{self.kind}:{self.name}")
+        return self
 
 
 class TenantHeaderRequired(exceptions.APIException):
@@ -75,15 +86,15 @@ SELECT {columns(ApiToken, "k")}, {columns(Principal, "p")}, {columns(Tenant, "t"
 FROM core_apitoken k
 LEFT JOIN core_principal p ON p.id = k.principal_id
 LEFT JOIN core_tenant t ON t.id = p.tenant_id
-WHERE k.key_hash = %s AND k.revoked_at IS NULL
+WHERE k.key_hash = %s AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > %s)
 """  # noqa: S608 -- built from model metadata only
 
 
-def token_lookup(key_hash: str) -> ApiToken | None:
-    """The live token with this hash, its principal and tenant loaded (an operator's user
-    is loaded on first use)."""
+def token_lookup(key_hash: str, now) -> ApiToken | None:
+    """The live token (neither revoked nor expired at `now`) with this hash, its principal
+    and tenant loaded (an operator's user is loaded on first use)."""
     with connection.cursor() as cursor:
-        cursor.execute(TOKEN_LOOKUP, [key_hash])
+        cursor.execute(TOKEN_LOOKUP, [key_hash, now])
         row = cursor.fetchone()
     if row is None:
         return None
@@ -106,16 +117,23 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
         scheme, _, raw = header.partition(" ")
         if scheme.lower() != "bearer" or not raw.strip():
             raise exceptions.AuthenticationFailed("Use 'Authorization: Bearer <token>'.")
-        token = token_lookup(hash_token(raw.strip()))
+        now = timezone.now()
+        token = token_lookup(hash_token(raw.strip()), now)
         if token is None:
-            raise exceptions.AuthenticationFailed("Invalid or revoked token.")
+            raise exceptions.AuthenticationFailed("Invalid, expired or revoked token.")
+        if token.last_used_at is None or token.last_used_at < now - LAST_USED_RESOLUTION:
+            # Conditional, so a burst of requests writes once; never inside the request's
+            # own transaction, so a rolled-back request still counts as a use.
+            ApiToken.objects.filter(pk=token.pk).filter(
+                Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_RESOLUTION)
+            ).update(last_used_at=now)
         if token.principal is not None:
             caller = Caller("principal", token.principal.tenant, principal=token.principal)
         else:
             if not token.user.is_active:
                 raise exceptions.AuthenticationFailed("This operator is disabled.")
             caller = operator_caller(token.user, request.headers.get(TENANT_HEADER))
-        return caller, token
+        return caller.into_log_context(), token
 
     def authenticate_header(self, request):
         return 'Bearer realm="takeover"'
@@ -130,4 +148,4 @@ class ConsoleSessionAuthentication(authentication.SessionAuthentication):
             return None
         user, _ = result
         slug = request.headers.get(TENANT_HEADER) or request._request.session.get("tenant")
-        return operator_caller(user, slug), None
+        return operator_caller(user, slug).into_log_context(), None

@@ -223,6 +223,7 @@ def test_a_wait_returns_as_soon_as_the_action_settles(live_db, tmp_path):
             target=f"ticket:{uuid.uuid4().hex[:8]}",
             desired_state={"status": "x"},
         ).json()["id"]
+
         def dispatch_here():
             try:
                 dispatch.action_dispatch(action_id)  # None if a worker claimed it first
