@@ -195,6 +195,7 @@ SPECTACULAR_SETTINGS = {
         "ApprovalStateEnum": "approvals.models.ApprovalState",
         "ApprovalRequestStateEnum": "approvals.models.RequestState",
         "LedgerStatusEnum": "ledger.models.LedgerStatus",
+        "TokenStateEnum": ["active", "revoked", "expired"],
         # The problem `type` values each error status can carry (console/api/schema.py).
         **{
             "Problem" + "".join(s.title().replace("-", "") for s in slugs) + "TypeEnum": [

@@ -243,6 +243,23 @@ class PrincipalCreatedOut(f.Serializer):
     token = f.CharField(help_text="Shown once; only its hash is stored.")
 
 
+class TokenOut(f.Serializer):
+    id = f.UUIDField()
+    label = f.CharField(help_text="The first characters, to tell tokens apart.")
+    name = f.CharField()
+    owner = ActorOut()
+    state = f.ChoiceField(choices=["active", "revoked", "expired"])
+    created_at = f.DateTimeField()
+    expires_at = f.DateTimeField(allow_null=True)
+    last_used_at = f.DateTimeField(allow_null=True, help_text="Written at most once a minute.")
+    revoked_at = f.DateTimeField(allow_null=True)
+    rotated_from = f.UUIDField(allow_null=True)
+
+
+class TokenCreatedOut(TokenOut):
+    token = f.CharField(help_text="Shown once; only its hash is stored.")
+
+
 class MeOut(f.Serializer):
     kind = f.ChoiceField(choices=["principal", "operator"])
     name = f.CharField()

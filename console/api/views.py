@@ -797,7 +797,19 @@ def _expiry(seconds):
     return timezone.now() + timedelta(seconds=seconds) if seconds else None
 
 
-@extend_schema(request=s.TokenIn, responses={201: OBJ})
+@extend_schema(
+    methods=["GET"],
+    operation_id="tokens_list",
+    request=None,
+    parameters=[o.query("state", "active, revoked or expired"), o.query("cursor", "page")],
+    responses={**ok(200, o.page_of(o.TokenOut)), **errors_for()},
+)
+@extend_schema(
+    methods=["POST"],
+    operation_id="tokens_create",
+    request=s.TokenIn,
+    responses={**ok(201, o.TokenCreatedOut), **errors_for(411, 413, 415)},
+)
 @api_view(["GET", "POST"])
 def tokens(request):
     """Admin: the tokens of this tenant's principals and operators; issue one."""
@@ -854,7 +866,10 @@ def _manageable_operator(caller, username):
     return user
 
 
-@extend_schema(request=s.OptionalReasonIn, responses=OBJ)
+@extend_schema(
+    request=s.OptionalReasonIn,
+    responses={**ok(200, o.TokenOut), **errors_for(404, 409, 411, 413, 415)},
+)
 @api_view(["POST"])
 def token_revoke_view(request, pk):
     caller = require_operator(request, Role.ADMIN)
@@ -864,7 +879,10 @@ def token_revoke_view(request, pk):
     return Response(present.token_dict(token))
 
 
-@extend_schema(request=s.TokenRotateIn, responses={201: OBJ})
+@extend_schema(
+    request=s.TokenRotateIn,
+    responses={**ok(201, o.TokenCreatedOut), **errors_for(404, 409, 411, 413, 415)},
+)
 @api_view(["POST"])
 def token_rotate_view(request, pk):
     caller = require_operator(request, Role.ADMIN)
