@@ -189,7 +189,10 @@ class QueuePage:
 def _open_actions(filters: QueueFilters, *, now=None):
     # `state IN (open states)` is always present, so the planner can prove the predicate of
     # the partial index action_open_queue (tenant, created_at, id) and use it.
-    qs = Action.objects.filter(tenant_id__in=filters.tenant_ids, state__in=OPEN_FOR_HUMANS)
+    # Acknowledged blocked actions have left the queue (runs.services.action_acknowledge).
+    qs = Action.objects.filter(
+        tenant_id__in=filters.tenant_ids, state__in=OPEN_FOR_HUMANS, acknowledged_at__isnull=True
+    )
     if filters.tool_ids is not None:
         qs = qs.filter(tool_id__in=filters.tool_ids)
     if older := AGES.get(filters.age):
@@ -327,6 +330,7 @@ VERB_TITLES = {
     "action.needs_human": "Handed to a person",
     "action.blocked": "Blocked",
     "action.claim": "Claimed by an operator",
+    "action.acknowledge": "Blocked action acknowledged",
     "action.release": "Claim released",
     "action.recheck": "Re-checked by hand",
     "action.reconcile_failed": "Reconciliation read failed",
@@ -545,7 +549,15 @@ def approvals_inbox(tenant, *, recent=20):
         .order_by("-decided_at", "-pk")[:recent]
     )
     ids = [r.action_id for r in pending + decided]
-    states = dict(Action.objects.filter(pk__in=ids).values_list("pk", "state"))
+    # The approver's context (issue 12, part 6): the agent's reason and the run it belongs
+    # to, with how many actions it proposed. One query for all rows.
+    actions = {
+        a.pk: a
+        for a in Action.objects.filter(pk__in=ids)
+        .select_related("run")
+        .annotate(run_actions=Count("run__actions"))
+    }
+    states = {pk: a.state for pk, a in actions.items()}
     approvals = {
         a.request_id: a for a in Approval.objects.filter(request__in=[r.pk for r in decided])
     }
@@ -554,6 +566,7 @@ def approvals_inbox(tenant, *, recent=20):
         r.action_state = states.get(r.action_id)
         r.action_state_label = ActionState(r.action_state).label.lower() if r.action_state else ""
     for r in pending:
+        r.action = actions.get(r.action_id)
         r.age = age_label(r.created_at, now)
         r.expires_in = age_label(now, r.expires_at)
         r.desired_rows = [(k, compact_json(v)) for k, v in r.desired_state.items()]
@@ -565,7 +578,45 @@ def approvals_inbox(tenant, *, recent=20):
 
 
 def pending_signature(pending) -> str:
-    return signature([(str(r.pk), r.action_state) for r in pending])
+    return signature(
+        [(str(r.pk), r.action_state, r.action.run.status if r.action else "") for r in pending]
+    )
+
+
+@dataclass
+class TargetState:
+    """The target's authoritative state now, against what a request would set (a preview
+    for the approver: read, compared, shown, and not stored)."""
+
+    read: object  # runs.dispatch.Read
+    rows: list
+    expected_version: int | None
+    at: datetime
+
+    @property
+    def differs(self) -> list[str]:
+        return [r.field for r in self.rows if not r.matches]
+
+
+def target_state_now(request) -> TargetState:
+    from runs import dispatch  # the tool protocol's read lives with the dispatcher
+
+    action = Action.objects.select_related("tool").get(pk=request.action_id)
+    read = dispatch.read_authoritative(action)
+    rows = []
+    if read.verdict is None:
+        for name, wanted in request.desired_state.items():
+            present = name in read.state
+            rows.append(
+                DiffRow(
+                    field=name,
+                    desired=compact_json(wanted),
+                    actual=compact_json(read.state[name]) if present else "(absent)",
+                    matches=present and read.state[name] == wanted,
+                    present=present,
+                )
+            )
+    return TargetState(read, rows, request.expected_version, timezone.now())
 
 
 # --- runs ----------------------------------------------------------------------------------
@@ -602,7 +653,7 @@ def run_detail(run: Run) -> RunDetail:
     actions = list(run.actions.select_related("tool").order_by("created_at", "pk"))
     gateway = {a.tool.name for a in actions if a.state in GATEWAY_CALLED}
     executed = tools_executed(run, gateway)
-    verdict = replay_verdict(run, executed)
+    verdict = replay_verdict(run, executed, actions)
     replayed_by = list(
         Replay.objects.filter(original_run=run).select_related("new_run").order_by("at")
     )

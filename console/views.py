@@ -120,6 +120,13 @@ class LoginView(auth_views.LoginView):
     template_name = "console/login.html"
     redirect_authenticated_user = True
 
+    def get_default_redirect_url(self):
+        """Approvers who are not on-call land on Approvals, the page they can act on."""
+        scope = sel.scope_for(self.request.user, self.request.session)
+        if scope and scope.is_approver and not scope.is_oncall:
+            return reverse("console:approvals")
+        return super().get_default_redirect_url()
+
 
 @require_POST
 @operator_required()
@@ -224,6 +231,7 @@ def _action_context(request, action, **extra) -> dict:
         len(events),
     )
     controls_signature = sel.signature(action.state, action.claimed_by_id)
+    change_text, change_at = _controls_change(action, claimed_by_me)
     context = {
         "section": "queue",
         "action": action,
@@ -235,22 +243,41 @@ def _action_context(request, action, **extra) -> dict:
         "can_oncall": oncall,
         "can_approve": approver,
         "resolvable": action.state in {ActionState.UNKNOWN, ActionState.NEEDS_HUMAN},
-        "claimable": action.state in OPEN_FOR_HUMANS,
+        # A blocked action is final: nothing to claim, only to acknowledge.
+        "claimable": action.state in OPEN_FOR_HUMANS and action.state != ActionState.BLOCKED,
+        "acknowledgeable": action.state == ActionState.BLOCKED and not action.acknowledged_at,
         "claimed_by_me": claimed_by_me,
         "claimed_by_other": claimed_by_other,
         "pending_request": pending_request,
         "terminal": sel.is_terminal(action),
         "live_signature": live_signature,
         "controls_signature": controls_signature,
+        "change_text": change_text,
+        "change_at": change_at,
         "age": sel.age_label(action.created_at),
         "request_age": sel.age_label(pending_request.created_at) if pending_request else "",
         "resolve_form": ResolveForm(),
         "grant_form": GrantForm(),
         "deny_form": DenyForm(),
-        "reason_label": sel.queue_reason(action) if action.state in OPEN_FOR_HUMANS else "",
+        # Said once: a blocked action's reason is in its block_reason line already.
+        "reason_label": sel.queue_reason(action)
+        if action.state in OPEN_FOR_HUMANS and action.state != ActionState.BLOCKED
+        else "",
     }
     context.update(extra)
     return context
+
+
+def _controls_change(action, claimed_by_me) -> tuple[str, object]:
+    """What a live update of the controls would tell an operator whose half-typed form it
+    does not replace (console.js shows it as a notice, with the age)."""
+    if action.state not in OPEN_FOR_HUMANS:
+        return f"This action is now {action.get_state_display().lower()}", action.updated_at
+    if action.claimed_by_id and not claimed_by_me:
+        return f"{action.claimed_by.get_username()} claimed this", action.claimed_at
+    if claimed_by_me:
+        return "You claimed this (in another window)", action.claimed_at
+    return "The claim on this action was released", action.updated_at
 
 
 @operator_required()
@@ -360,6 +387,26 @@ def action_resolve(request, pk):
     return _go(request, _action_url(action))
 
 
+@require_POST
+@operator_required()
+def action_acknowledge(request, pk):
+    scope = request.scope
+    action = sel.get_action_for(scope, pk)
+    require_role(scope, action.tenant_id, Role.ONCALL)
+    note = request.POST.get("note", "").strip()[:2000]
+    try:
+        services.action_acknowledge(action, note=note, actor=scope.actor)
+    except StateConflict as exc:
+        messages.error(request, f"Not acknowledged: {exc.detail}")
+    else:
+        messages.success(
+            request,
+            "Acknowledged. It has left the queue; it stays findable from its run and the "
+            "audit log.",
+        )
+    return _go(request, _action_url(action))
+
+
 # --- approvals -----------------------------------------------------------------------------
 
 
@@ -381,6 +428,20 @@ def approvals(request):
     if request.htmx and request.GET.get("poll"):
         return render(request, "console/approvals.html#approvals-live", {**context, "oob": True})
     return render(request, "console/approvals.html", context)
+
+
+@operator_required()
+def approval_target_state(request, pk):
+    """The target's authoritative state now, against the request's desired state. A read
+    through the tool protocol (side-effect free, bounded like a reconciliation read), not
+    stored: it informs a decision, it proves nothing about an effect."""
+    scope = request.scope
+    req = sel.get_request_for(scope, pk)
+    require_role(scope, req.tenant_id, Role.APPROVER)
+    context = {"section": "approvals", "req": req, "now_state": sel.target_state_now(req)}
+    if request.htmx:
+        return render(request, "console/approvals.html#target-state", context)
+    return render(request, "console/approval_state.html", context)
 
 
 @require_POST

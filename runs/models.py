@@ -12,7 +12,7 @@ from django.db import models
 from django.db.models import Q
 
 from .states import (
-    OPEN_FOR_HUMANS,
+    OPEN_FOR_HUMANS,  # the open queue also excludes acknowledged blocked actions
     ActionState,
     AttemptOutcome,
     BlockReason,
@@ -126,6 +126,14 @@ class Action(models.Model):
     # The id of the request that proposed it: the worker that dispatches it logs and audits
     # under the same id, so one proposal can be followed from HTTP to the tool call.
     request_id = models.CharField(max_length=64, blank=True, default="")
+    # The agent's own words for why it proposes this (shown to approvers; not part of the
+    # intent fingerprint, so a reworded reason is the same effect).
+    reason = models.TextField(blank=True, default="")
+    # A blocked action is final; an on-call person acknowledging it takes it out of the
+    # open queue (it stays findable from its run, the audit log and search).
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_by = models.JSONField(null=True, blank=True)
+    acknowledge_note = models.TextField(blank=True, default="")
 
     class Meta:
         constraints = [
@@ -144,13 +152,17 @@ class Action(models.Model):
                 condition=Q(failure_reason="") | Q(state="failed"),
                 name="action_failure_reason_only_when_failed",
             ),
+            models.CheckConstraint(
+                condition=Q(acknowledged_at__isnull=True) | Q(state="blocked"),
+                name="action_acknowledged_only_when_blocked",
+            ),
         ]
         indexes = [
             # The open queue: what needs a person, oldest first (SPEC §8).
             models.Index(
                 fields=["tenant", "created_at", "id"],
                 include=["state", "tool"],  # counts per state and tool filters, index-only
-                condition=Q(state__in=OPEN_FOR_HUMANS),
+                condition=Q(state__in=OPEN_FOR_HUMANS, acknowledged_at__isnull=True),
                 name="action_open_queue",
             ),
             # The outbox: what the sweeper must look at.

@@ -1,6 +1,6 @@
 """Resource shapes of SPEC §7, as plain dicts. Fields may be added, never renamed."""
 
-from .services import GATEWAY_CALLED, tools_executed
+from .services import GATEWAY_CALLED, replay_verdict, tools_executed
 
 
 def _iso(value):
@@ -57,6 +57,10 @@ def action_dict(action, *, replayed=False, content_changed=False) -> dict:
         "attempts": [attempt_dict(a) for a in action.attempts.all()],
         "reconciliations": [reconciliation_dict(r) for r in action.reconciliations.all()],
         "claimed_by": action.claimed_by.get_username() if action.claimed_by_id else None,
+        "reason": action.reason or None,
+        "acknowledged_at": _iso(action.acknowledged_at),
+        "acknowledged_by": action.acknowledged_by,
+        "acknowledge_note": action.acknowledge_note or None,
         "created_at": _iso(action.created_at),
         "updated_at": _iso(action.updated_at),
     }
@@ -101,6 +105,9 @@ def run_dict(run, *, with_actions=True) -> dict:
         gateway = {a.tool.name for a in actions if a.state in GATEWAY_CALLED}
         data["tools_executed"] = tools_executed(run, gateway)
         data["actions"] = [action_summary(a) for a in actions]
+        # The replay rule's verdict as it stands (added field; issue 12): what a replay
+        # without force would answer, and which called tools operators cleared.
+        data["replay_verdict"] = replay_verdict(run, data["tools_executed"], actions).as_dict()
     else:
         data["tools_executed"] = tools_executed(run)
     return data

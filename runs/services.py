@@ -6,7 +6,7 @@ The dispatch path (claim → HTTP → settle) and reconciliation live in `runs/d
 
 import hashlib
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
@@ -242,9 +242,13 @@ def action_propose(
     expected_version: int | None,
     idempotency_key: str,
     approval_id=None,
+    reason: str = "",
     actor: Actor,
 ) -> tuple[Action, bool, bool]:
     """Record a proposed side effect under its idempotency key.
+
+    `reason` is the agent's own words, kept for approvers; it is not part of the intent
+    fingerprint, and a ledger hit keeps the first proposal's reason.
 
     Returns (action, created, content_changed). A ledger hit with the same intent returns
     the existing action and dispatches nothing; a different intent raises
@@ -284,6 +288,7 @@ def action_propose(
                         run=run,
                         entry=entry,
                         approval_id=approval_id,
+                        reason=reason,
                         actor=actor,
                         **intent,
                     ),
@@ -312,6 +317,7 @@ def _create_action(
     desired_state,
     expected_version,
     approval_id,
+    reason="",
     actor,
 ) -> Action:
     binding = {
@@ -341,6 +347,7 @@ def _create_action(
         approval_id=approval_id,
         enqueued_at=now if state == S.QUEUED else None,
         request_id=request_id_var.get(),
+        reason=reason,
         **binding,
     )
     if state == S.AWAITING_APPROVAL:
@@ -353,6 +360,7 @@ def _create_action(
         actor=actor,
         verb="action.propose",
         obj=action,
+        reason=reason,
         after={
             "state": state,
             "block_reason": block_reason or None,
@@ -464,6 +472,40 @@ def action_resolve(action: Action, *, outcome: str, reason: str, actor: Actor) -
             resolution=Resolution.RESOLVED_BY_OPERATOR,
             resolution_reason=reason,
             next_reconcile_at=None,
+        )
+    return action
+
+
+def action_acknowledge(action: Action, *, note: str = "", actor: Actor) -> Action:
+    """An on-call person acknowledges a blocked action: it is final (never dispatched), and
+    once acknowledged it leaves the open queue and its counts. Nothing else changes: the
+    state stays `blocked`, and the action stays findable (run, audit log, search).
+
+    A conditional UPDATE, so two people acknowledging at once write one audit event; the
+    loser gets a StateConflict naming who was first.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        updated = Action.objects.filter(
+            pk=action.pk, state=S.BLOCKED, acknowledged_at__isnull=True
+        ).update(acknowledged_at=now, acknowledged_by=actor.as_dict(), acknowledge_note=note)
+        action = Action.objects.get(pk=action.pk)
+        if updated != 1:
+            if action.state != S.BLOCKED:
+                raise StateConflict(
+                    f"Only a blocked action can be acknowledged; this one is {action.state}."
+                )
+            who = action.acknowledged_by or {}
+            raise StateConflict(
+                f"{who.get('kind', '')}:{who.get('name', '')} already acknowledged this action."
+            )
+        audit(
+            actor=actor,
+            verb="action.acknowledge",
+            obj=action,
+            before={"state": S.BLOCKED, "acknowledged": False},
+            after={"state": S.BLOCKED, "acknowledged": True},
+            reason=note,
         )
     return action
 
@@ -610,11 +652,51 @@ class ReplayVerdict:
     gone: bool  # input file no longer stored: 410 whatever force says
     message: str
     tools_at_risk: list[str] | None
+    # Tools the run called whose every call an operator resolved as failed: not applied,
+    # so not at risk (issue 12, "resolve feeds replay").
+    not_applied: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {
+            "allowed": self.allowed,
+            "forceable": self.forceable,
+            "gone": self.gone,
+            "message": self.message,
+            "tools_at_risk": self.tools_at_risk,
+            "not_applied": self.not_applied,
+        }
 
 
-def replay_verdict(run: Run, executed=...) -> ReplayVerdict:
+def tools_resolved_not_applied(run: Run, actions=None) -> list[str]:
+    """Tools whose every call by this run (every action that reached the tool) an operator
+    resolved as failed, i.e. not applied.
+
+    Only the operator's resolution counts, not a 4xx or a version conflict: those are the
+    tool's word, and SPEC §5 counts calls. A tool the runtime reported but the gateway never
+    saw is never cleared: nobody resolved anything about it.
+    """
+    if actions is None:
+        actions = run.actions.filter(state__in=GATEWAY_CALLED).select_related("tool")
+    calls: dict[str, list] = {}
+    for a in actions:
+        if a.state in GATEWAY_CALLED:
+            calls.setdefault(a.tool.name, []).append(a)
+    by_operator = Resolution.RESOLVED_BY_OPERATOR
+    return sorted(
+        name
+        for name, rows in calls.items()
+        if all(a.state == S.FAILED and a.resolution == by_operator for a in rows)
+    )
+
+
+def replay_verdict(run: Run, executed=..., actions=None) -> ReplayVerdict:
     """SPEC §5's table, in one place: the API answers with it and the console shows it
-    before anyone clicks."""
+    before anyone clicks.
+
+    Resolve feeds replay: a tool whose every call an operator resolved as failed is not at
+    risk. When that leaves nothing at risk, the replay is allowed without force, and the
+    message says why. `actions` (the run's actions, tool selected) saves a query.
+    """
     executed = tools_executed(run) if executed is ... else executed
     if run.input_file and not run.input_file.storage.exists(run.input_file.name):
         return ReplayVerdict(
@@ -639,6 +721,34 @@ def replay_verdict(run: Run, executed=...) -> ReplayVerdict:
     if executed == []:
         return ReplayVerdict(
             True, True, False, "No tool was called before this run ended: safe to replay.", []
+        )
+    cleared = []
+    if executed:
+        cleared = [t for t in tools_resolved_not_applied(run, actions) if t in executed]
+    if cleared:
+        at_risk = [t for t in executed if t not in cleared]
+        why = (
+            f"An operator resolved every call of {', '.join(cleared)} by this run as failed: "
+            "not applied, so not at risk."
+        )
+        if not at_risk:
+            return ReplayVerdict(
+                True,
+                True,
+                False,
+                f"This run called {', '.join(cleared)}, but nothing it called was applied. "
+                f"{why} Safe to replay.",
+                [],
+                cleared,
+            )
+        return ReplayVerdict(
+            False,
+            True,
+            False,
+            f"Before failing, this run called {', '.join(at_risk)}. A replay may repeat them. "
+            f"An admin can force it with a reason. ({why})",
+            at_risk,
+            cleared,
         )
     if executed is None:
         return ReplayVerdict(

@@ -37,11 +37,23 @@ class ActionProposeIn(serializers.Serializer):
     desired_state = JSONObjectField()
     expected_version = StrictIntegerField(required=False, allow_null=True, default=None)
     approval_id = serializers.UUIDField(required=False, allow_null=True, default=None)
+    reason = StrictCharField(
+        required=False,
+        allow_null=True,
+        allow_blank=True,
+        default="",
+        max_length=2000,
+        help_text="The agent's own words for why (shown to approvers); not part of the intent.",
+    )
 
 
 class ResolveIn(serializers.Serializer):
     outcome = serializers.ChoiceField(choices=["succeeded", "failed"])
     reason = StrictCharField(max_length=5000)
+
+
+class AcknowledgeIn(serializers.Serializer):
+    note = StrictCharField(required=False, allow_blank=True, default="", max_length=5000)
 
 
 class ReasonIn(serializers.Serializer):

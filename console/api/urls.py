@@ -18,6 +18,7 @@ urlpatterns = [
     path("actions/<uuid:pk>", views.action_detail, name="action"),
     path("actions/<uuid:pk>/reconcile", views.action_reconcile, name="action-reconcile"),
     path("actions/<uuid:pk>/resolve", views.action_resolve, name="action-resolve"),
+    path("actions/<uuid:pk>/acknowledge", views.action_acknowledge, name="action-acknowledge"),
     path("queue", views.queue, name="queue"),
     path("approval-requests", views.approval_requests, name="approval-requests"),
     path("approval-requests/<uuid:pk>/grant", views.approval_request_grant, name="request-grant"),

@@ -288,6 +288,7 @@ def propose(request, pk):
         expected_version=fields["expected_version"],
         idempotency_key=key,
         approval_id=fields["approval_id"],
+        reason=(fields.get("reason") or "").strip(),
         actor=request.user.actor,
     )
     action = ACTION_DETAIL.get(pk=action.pk)
@@ -348,12 +349,25 @@ def action_resolve(request, pk):
     return Response(present.action_dict(get_action_for(request.user, pk)))
 
 
+@extend_schema(request=s.AcknowledgeIn, responses=OBJ)
+@api_view(["POST"])
+def action_acknowledge(request, pk):
+    """Acknowledge a blocked action (on-call): it leaves the queue, stays findable. 409
+    `state-conflict` unless it is blocked and not yet acknowledged."""
+    require_operator(request, Role.ONCALL)
+    action = get_action_for(request.user, pk)
+    fields = valid(s.AcknowledgeIn, body_object(request) if request.body else {})
+    services.action_acknowledge(action, note=fields["note"].strip(), actor=request.user.actor)
+    return Response(present.action_dict(get_action_for(request.user, pk)))
+
+
 @extend_schema(request=None, responses=OBJ)
 @api_view(["GET"])
 def queue(request):
     caller = require_operator(request)
     states = csv_param(request, "state", OPEN_FOR_HUMANS) or OPEN_FOR_HUMANS
-    qs = ACTION_DETAIL.filter(tenant=caller.tenant, state__in=states)
+    # Acknowledged blocked actions have left the queue; GET /actions/{id} still has them.
+    qs = ACTION_DETAIL.filter(tenant=caller.tenant, state__in=states, acknowledged_at__isnull=True)
     if tools := csv_param(request, "tool"):
         qs = qs.filter(tool__name__in=tools)
     oldest = request.query_params.get("order") == "oldest"

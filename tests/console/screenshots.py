@@ -1,4 +1,6 @@
-"""`make screenshots`: 1280×800 screenshots of the console with demo data, in ./var/screenshots.
+"""`make screenshots`: screenshots of every console page with demo data, at 1280×800 (desktop)
+and 390×844 (phone), in ./var/screenshots (`NAME-1280.png`, `NAME-390.png` and the full-page
+`NAME-390-full.png`, `NAME-1280-full.png`).
 
 Run explicitly (`pytest tests/console/screenshots.py`); the name keeps it out of `make test`.
 The demo data is made the way production makes it: runs and proposals through the services,
@@ -81,7 +83,12 @@ def test_screenshots(live_db, downstream, new_page, console_server):
     make_needs_human(w, run=run, target="TCK-4302")
     make_unknown(w, run=run, target="TCK-4388")
     make_unknown(w, run=run, target="TCK-4391")
-    awaiting = make_awaiting(w, run=run, target="maria.lopez@example.com")
+    awaiting = make_awaiting(
+        w,
+        run=run,
+        target="maria.lopez@example.com",
+        reason="Maria asked for written confirmation of refund R-2231.",
+    )
     make_awaiting(w, run=run, target="j.chen@example.com")
     denied = make_awaiting(w, run=run, target="all-customers@example.com")
     services.approval_request_deny(
@@ -101,10 +108,6 @@ def test_screenshots(live_db, downstream, new_page, console_server):
         run, status="error", error_message="worker lost", tools_called=None, actor=agent_of(w)
     )
 
-    page = new_page()
-    page.goto(console_server("/login/"))
-    page.screenshot(path=str(OUT / "login.png"))
-    sign_in(page, console_server, w.admin)
     shots = {
         "queue": "/",
         "action": f"/actions/{needs.pk}/",
@@ -114,10 +117,25 @@ def test_screenshots(live_db, downstream, new_page, console_server):
         "runs": "/runs/",
         "run": f"/runs/{failed_run.pk}/",
         "replays": "/replays/",
+        **extra_shots(w, run),
     }
-    for name, path in shots.items():
-        page.goto(console_server(path))
-        page.wait_for_load_state("networkidle")
-        page.screenshot(path=str(OUT / f"{name}.png"))
-        page.screenshot(path=str(OUT / f"{name}-full.png"), full_page=True)
-    assert (OUT / "queue.png").exists()
+    for width, height in WIDTHS:
+        page = new_page()
+        page.set_viewport_size({"width": width, "height": height})
+        page.goto(console_server("/login/"))
+        page.screenshot(path=str(OUT / f"login-{width}.png"))
+        sign_in(page, console_server, w.admin)
+        for name, path in shots.items():
+            page.goto(console_server(path))
+            page.wait_for_load_state("networkidle")
+            page.screenshot(path=str(OUT / f"{name}-{width}.png"))
+            page.screenshot(path=str(OUT / f"{name}-{width}-full.png"), full_page=True)
+    assert (OUT / "queue-390.png").exists()
+
+
+WIDTHS = [(1280, 800), (390, 844)]
+
+
+def extra_shots(w, run) -> dict:
+    """Pages added after the first set (kept apart so the list above stays readable)."""
+    return {"not-found": "/actions/00000000-0000-0000-0000-000000000000/"}

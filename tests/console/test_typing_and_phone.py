@@ -1,0 +1,291 @@
+"""Issue 12, parts 1 and 2, in headless Chromium: nothing typed is lost to a live update, and
+the core tasks work on a 390 px phone with no sideways scrolling."""
+
+import re
+import time
+
+import pytest
+from axe_playwright_python.sync_playwright import Axe
+from playwright.sync_api import expect
+
+from core.models import Role
+from runs import services
+from runs.models import Action
+from tests.conftest import make_world
+from tests.console.conftest import (
+    PASSWORD,
+    add_operator,
+    make_awaiting,
+    make_failed_run_with_tools,
+    make_needs_human,
+    make_unknown,
+    operator_actor,
+    sign_in,
+    start_run,
+    user,
+    wait_state,
+)
+
+pytestmark = pytest.mark.browser
+
+PHONE = {"width": 390, "height": 844}
+
+
+# --- part 1: never lose typing ------------------------------------------------------------
+
+
+def test_a_colleagues_claim_arriving_while_a_reason_is_typed_keeps_the_text(
+    live_db, downstream, new_page, console_server
+):
+    world = make_world(downstream)
+    action = make_needs_human(world)
+    colleague = add_operator(world, "oncall2", Role.ONCALL)
+    page = sign_in(new_page(), console_server, world.oncall, path=f"/actions/{action.pk}/")
+    reason = "Called the customer: the ticket is closed on their side"
+    page.get_by_label("Reason").fill(reason)
+
+    services.action_claim_for_operator(
+        action, user=user(colleague), actor=operator_actor(colleague)
+    )
+    # The live part follows (banner), the form does not move, and a notice says what changed.
+    expect(page.locator("#claim-banner")).to_contain_text(
+        f"Claimed by {colleague.username}", timeout=6_000
+    )
+    notice = page.locator("#controls-notice")
+    expect(notice).to_contain_text(f"{colleague.username} claimed this")
+    expect(notice).to_contain_text(re.compile(r"\d+ s ago"))
+    expect(page.get_by_label("Reason")).to_have_value(reason)
+    expect(page.get_by_role("button", name="Claim", exact=True)).to_be_visible()  # old form
+
+    # Take over, from the notice: the claim moves and the text comes back after the reload.
+    notice.get_by_role("button", name=f"Take over from {colleague.username}").click()
+    expect(page.locator("#claim-banner")).to_contain_text("You hold this action")
+    expect(page.get_by_label("Reason")).to_have_value(reason)
+    assert Action.objects.get(pk=action.pk).claimed_by.get_username() == world.oncall.username
+
+    page.get_by_role("button", name="Resolve as succeeded").click()
+    expect(page.locator("#action-state")).to_have_text("succeeded")
+    assert wait_state(action.pk, "succeeded").resolution_reason == reason
+
+
+def test_untouched_controls_follow_a_claim_and_discard_restores_the_live_form(
+    live_db, downstream, new_page, console_server
+):
+    world = make_world(downstream)
+    action = make_needs_human(world)
+    colleague = add_operator(world, "oncall2", Role.ONCALL)
+    page = sign_in(new_page(), console_server, world.oncall, path=f"/actions/{action.pk}/")
+    page.get_by_label("Reason").fill("half a thought")
+    services.action_claim_for_operator(
+        action, user=user(colleague), actor=operator_actor(colleague)
+    )
+    notice = page.locator("#controls-notice")
+    notice.get_by_role("button", name="Discard my text").click(timeout=6_000)
+    expect(page.get_by_label(re.compile("Resolve despite"))).to_be_visible()
+    expect(page.get_by_label("Reason")).to_have_value("")
+    expect(notice).to_be_empty()
+    page.reload()  # a discarded draft does not come back
+    expect(page.get_by_label("Reason")).to_have_value("")
+
+
+def test_approvals_keep_updating_while_a_deny_reason_is_typed(
+    live_db, downstream, new_page, console_server
+):
+    world = make_world(downstream)
+    run = start_run(world)
+    first = make_awaiting(world, run=run)
+    gone = make_awaiting(world, run=run)
+    page = sign_in(new_page(), console_server, world.approver, path="/approvals/")
+    box = page.locator(f"#deny-{first.approval_request_id}")
+    box.fill("Not to this customer")
+    page.locator(f"#deny-{gone.approval_request_id}").fill("About to be granted by someone else")
+    box.focus()
+
+    newcomer = make_awaiting(world, run=run)
+    services.approval_request_grant(
+        gone.approval_request, ttl_seconds=600, actor=operator_actor(world.admin)
+    )
+    started = time.monotonic()
+    expect(page.locator(f"#request-{newcomer.approval_request_id}")).to_be_visible(timeout=8_000)
+    assert time.monotonic() - started < 8
+    expect(page.locator("#pending-count")).to_have_text("2")
+    expect(box).to_have_value("Not to this customer")
+    assert page.evaluate("document.activeElement.id") == f"deny-{first.approval_request_id}"
+    kept = page.locator(f"#request-{gone.approval_request_id}")
+    expect(kept).to_contain_text("No longer pending")
+    expect(kept.get_by_label("Reason to deny")).to_have_value("About to be granted by someone else")
+
+    page.get_by_role("button", name="Deny").first.click()
+    expect(page.get_by_role("status").first).to_contain_text("Denied")
+    assert wait_state(first.pk, "blocked").block_reason == "approval_denied"
+
+
+# --- part 2: a phone ------------------------------------------------------------------------
+
+
+def _overflow(page) -> int:
+    return page.evaluate(
+        "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+    )
+
+
+def test_no_page_scrolls_sideways_at_390_px_and_axe_finds_nothing(
+    live_db, downstream, new_page, console_server
+):
+    world = make_world(downstream)
+    run = start_run(world)
+    needs = make_needs_human(world, run=run)
+    awaiting = make_awaiting(world, run=run, target="a.very.long.address.for.a.phone@example.com")
+    make_unknown(world, run=run)
+    failed = make_failed_run_with_tools(world)
+    page = sign_in(new_page(viewport=PHONE), console_server, world.admin)
+    pages = {
+        "queue": "/",
+        "action": f"/actions/{needs.pk}/",
+        "action awaiting approval": f"/actions/{awaiting.pk}/",
+        "approvals": "/approvals/",
+        "runs": "/runs/",
+        "run": f"/runs/{failed.pk}/",
+        "audit": "/audit/",
+        "replays": "/replays/",
+    }
+    axe = Axe()
+    too_wide, violations = {}, {}
+    for name, path in pages.items():
+        page.goto(console_server(path))
+        if (extra := _overflow(page)) > 0:
+            too_wide[name] = extra
+        found = axe.run(page).response["violations"]
+        if found:
+            violations[name] = [(v["id"], [n["target"] for n in v["nodes"]][:3]) for v in found]
+    assert not too_wide, too_wide
+    assert not violations, violations
+
+
+def test_phone_puts_the_decision_before_the_timeline_and_keeps_the_header_small(
+    live_db, downstream, new_page, console_server
+):
+    world = make_world(downstream)
+    action = make_needs_human(world)
+    awaiting = make_awaiting(world)
+    page = sign_in(new_page(viewport=PHONE), console_server, world.admin)
+    header = page.locator("header.topbar").bounding_box()
+    assert header["height"] <= 100, header
+
+    row = page.locator(f"#row-{action.pk}")
+    link = row.get_by_role("link", name=action.target)
+    box = link.bounding_box()
+    assert box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"]
+    link.click()
+
+    def top(selector):
+        return page.locator(selector).bounding_box()["y"]
+
+    assert top("#diff") < top("#resolve-form") < top("#timeline-panel")
+    assert top("#resolve-form") < 844 * 1.5, "the decision is within reach, not 1,900 px down"
+    page.get_by_label("Reason").fill("Confirmed closed by phone.")
+    page.get_by_role("button", name="Resolve as succeeded").click()
+    expect(page.locator("#action-state")).to_have_text("succeeded")
+
+    page.goto(console_server("/approvals/"))
+    row = page.locator(f"#request-{awaiting.approval_request_id}")
+    grant = row.get_by_role("button", name="Grant")
+    deny = row.get_by_role("button", name="Deny")
+    for button in (grant, deny):
+        b = button.bounding_box()
+        assert b["x"] >= 0 and b["x"] + b["width"] <= PHONE["width"], b
+    grant.click()
+    expect(page.get_by_role("status").first).to_contain_text("queued for dispatch")
+
+
+# --- part 7: acknowledge blocked; resolve feeds replay --------------------------------------
+
+
+def test_oncall_acknowledges_a_blocked_action_and_it_leaves_the_open_counts(
+    live_db, downstream, new_page, console_server
+):
+    world = make_world(downstream)
+    action = make_awaiting(world)
+    services.approval_request_deny(
+        action.approval_request, reason="Not this one.", actor=operator_actor(world.approver)
+    )
+    page = sign_in(new_page(), console_server, world.oncall)
+    expect(page.locator('[data-count="blocked"]')).to_have_text("1")
+    page.get_by_role("link", name=action.target).click()
+    status = page.locator(".status-line")
+    expect(status).to_contain_text("approval denied")
+    assert status.inner_text().count("approval denied") == 1  # said once
+    expect(page.get_by_role("button", name="Claim", exact=True)).to_have_count(0)
+    page.get_by_label(re.compile("^Note")).fill("Agent was told; it will ask again.")
+    page.get_by_role("button", name="Acknowledge").click()
+    expect(page.get_by_role("status").first).to_contain_text("Acknowledged")
+    expect(page.locator("#acknowledged")).to_contain_text("Agent was told")
+    page.get_by_role("link", name="Queue").first.click()
+    expect(page.locator('[data-count="blocked"]')).to_have_text("0")
+    expect(page.locator(f"#row-{action.pk}")).to_have_count(0)
+    # still findable: from its run
+    page.goto(console_server(f"/runs/{action.run_id}/"))
+    expect(page.get_by_role("link", name=action.target)).to_be_visible()
+
+
+def test_resolve_as_failed_feeds_the_run_replay_verdict(
+    live_db, downstream, new_page, console_server
+):
+    world = make_world(downstream)
+    run = start_run(world)
+    action = make_needs_human(world, run=run)
+    services.run_finish(
+        run, status="error", tools_called=["update_ticket"], actor=operator_actor(world.admin)
+    )
+    page = sign_in(new_page(), console_server, world.admin, path=f"/runs/{run.pk}/")
+    verdict = page.locator("#replay-verdict")
+    expect(verdict).to_contain_text("Replay refused without force")
+    expect(page.get_by_role("button", name="Replay this run")).to_have_count(0)
+
+    page.get_by_role("link", name=action.target).click()
+    page.get_by_label("Reason").fill("The ticket is still open: the close never landed.")
+    page.get_by_role("button", name="Resolve as failed").click()
+    expect(page.locator("#action-state")).to_have_text("failed")
+
+    page.goto(console_server(f"/runs/{run.pk}/"))
+    expect(verdict).to_contain_text("Replay allowed")
+    expect(verdict).to_contain_text("resolved every call of update_ticket by this run as failed")
+    expect(page.locator("#not-applied")).to_contain_text("update_ticket")
+    page.get_by_role("button", name="Replay this run").click()
+    expect(page.get_by_role("status").first).to_contain_text("Replay created")
+    assert run.replays.count() == 1
+
+
+# --- part 6: approver context -----------------------------------------------------------------
+
+
+def test_approver_lands_on_approvals_and_sees_reason_run_and_target_state(
+    live_db, downstream, new_page, console_server
+):
+    from tests.console.conftest import propose, tool
+
+    world = make_world(downstream)
+    run = start_run(world)
+    t = tool(world, "close_ticket", requires_approval=True)
+    target = f"T-{run.pk.hex[:6]}"
+    downstream.seed(target, {"status": "open", "owner": "ana"}, version=7)
+    action = propose(
+        world, run, t, target, {"status": "closed"}, 7, reason="Customer confirmed the fix."
+    )
+    services.run_finish(run, status="error", tools_called=[], actor=operator_actor(world.admin))
+
+    page = new_page()
+    page.goto(console_server("/login/"))  # no ?next: the default landing
+    page.get_by_label("Username").fill(world.approver.username)
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page).to_have_url(re.compile(r"/approvals/$"))
+    row = page.locator(f"#request-{action.approval_request_id}")
+    expect(row).to_contain_text("The agent says: “Customer confirmed the fix.”")
+    expect(row).to_contain_text("The run has already ended (error)")
+    expect(row.get_by_role("link", name=f"run {str(run.pk)[:8]}")).to_be_visible()
+    state = row.locator(f'[data-state-for="{action.approval_request_id}"]')
+    expect(state).to_contain_text("version 7, as the request expects")
+    expect(state).to_contain_text("would change status")
+    expect(row.locator(".state-diff")).to_contain_text(re.compile(r'status: "open" .*"closed"'))
+    expect(row).to_contain_text("expires in")
