@@ -55,6 +55,9 @@ class ResolveForm(forms.Form):
     )
     reason = _reason_field(placeholder="What you checked, and what you found")
     override_claim = forms.BooleanField(required=False)
+    # The read of the authoritative state the operator was looking at (the service refuses
+    # a decision on a read that is too old or no longer the latest).
+    based_on_read = forms.IntegerField(required=False, min_value=1)
 
 
 class GrantForm(forms.Form):

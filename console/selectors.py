@@ -420,8 +420,12 @@ def action_history(action: Action):
     return attempts, reads, events
 
 
+# Audit verbs whose content the timeline already shows as a read (said once, not twice).
+SHOWN_AS_READS = {"action.reconcile_failed", "action.recheck"}
+
+
 def action_timeline(attempts, reads, events) -> list[TimelineEntry]:
-    entries = [_audit_entry(e) for e in events]
+    entries = [_audit_entry(e) for e in events if e.verb not in SHOWN_AS_READS]
     for a in attempts:
         outcome = a.outcome or "in flight"
         title = f"Dispatch attempt {a.number}: {outcome.replace('_', ' ')}"
@@ -494,6 +498,10 @@ class Diff:
     @property
     def mismatches(self) -> list[str]:
         return [r.field for r in self.rows if not r.matches]
+
+    @property
+    def read_age(self) -> str:
+        return age_label(self.read.at) if self.read else ""
 
 
 def action_diff(action: Action, reads) -> Diff:

@@ -17,6 +17,7 @@ import csv
 import json
 from functools import wraps
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.views import redirect_to_login
@@ -24,11 +25,12 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect, HttpResponseLocation
 
-from core.errors import DomainError, StateConflict
+from core.errors import DomainError, StaleRead, StateConflict
 from core.models import Role
 from runs import dispatch, services
 from runs.models import Replay
@@ -232,9 +234,19 @@ def _action_context(request, action, **extra) -> dict:
     )
     controls_signature = sel.signature(action.state, action.claimed_by_id)
     change_text, change_at = _controls_change(action, claimed_by_me)
+    latest_read = reads[-1] if reads else None
+    read_age = (timezone.now() - latest_read.at).total_seconds() if latest_read else None
+    resolvable = action.state in {ActionState.UNKNOWN, ActionState.NEEDS_HUMAN}
     context = {
         "section": "queue",
         "action": action,
+        "latest_read": latest_read,
+        "read_max_age": int(settings.RESOLVE_READ_MAX_AGE_SECONDS),
+        "read_is_stale": read_age is not None and read_age > settings.RESOLVE_READ_MAX_AGE_SECONDS,
+        # Opening the page re-reads in the background when the last read is not fresh.
+        "auto_reread": oncall
+        and resolvable
+        and (read_age is None or read_age > settings.CONSOLE_REREAD_AFTER_SECONDS),
         "timeline": sel.action_timeline(attempts, reads, events),
         "diff": diff,
         "attempts": attempts,
@@ -242,7 +254,7 @@ def _action_context(request, action, **extra) -> dict:
         "desired_rows": [(k, sel.compact_json(v)) for k, v in action.desired_state.items()],
         "can_oncall": oncall,
         "can_approve": approver,
-        "resolvable": action.state in {ActionState.UNKNOWN, ActionState.NEEDS_HUMAN},
+        "resolvable": resolvable,
         # A blocked action is final: nothing to claim, only to acknowledge.
         "claimable": action.state in OPEN_FOR_HUMANS and action.state != ActionState.BLOCKED,
         "acknowledgeable": action.state == ActionState.BLOCKED and not action.acknowledged_at,
@@ -311,13 +323,20 @@ def action_recheck(request, pk):
         )
         return _go(request, _action_url(action))
     action = dispatch.action_reconcile(action.pk, actor=scope.actor, manual=True)
+    if request.htmx and request.POST.get("background"):
+        # The page's own re-read on opening: the live region shows the new read.
+        return HttpResponse(status=204)
     read = action.reconciliations.order_by("-at", "-id").first()
     verdict = sel.VERDICT_LABELS.get(read.verdict, read.verdict) if read else "no read"
-    messages.success(
-        request,
+    text = (
         f"Re-checked the authoritative state: {verdict}. "
-        f"The action is {action.get_state_display().lower()}.",
+        f"The action is {action.get_state_display().lower()}."
     )
+    # Green only for success: a read that failed is a warning, not good news.
+    if read is None or read.verdict == "read_failed":
+        messages.warning(request, text)
+    else:
+        messages.success(request, text)
     return _go(request, _action_url(action))
 
 
@@ -378,8 +397,19 @@ def action_resolve(request, pk):
     outcome = form.cleaned_data["outcome"]
     try:
         services.action_resolve(
-            action, outcome=outcome, reason=form.cleaned_data["reason"], actor=scope.actor
+            action,
+            outcome=outcome,
+            reason=form.cleaned_data["reason"],
+            actor=scope.actor,
+            based_on_read=form.cleaned_data["based_on_read"],
         )
+    except StaleRead as exc:
+        # Asks for a fresh read first; the typed reason stays in the form.
+        form.add_error(None, exc.detail)
+        context = _action_context(request, action, resolve_form=form)
+        if request.htmx:
+            return render(request, "console/action.html#resolve-form", context, status=422)
+        return render(request, "console/action.html", context, status=409)
     except StateConflict as exc:
         messages.error(request, exc.detail)
     else:

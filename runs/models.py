@@ -134,6 +134,10 @@ class Action(models.Model):
     acknowledged_at = models.DateTimeField(null=True, blank=True)
     acknowledged_by = models.JSONField(null=True, blank=True)
     acknowledge_note = models.TextField(blank=True, default="")
+    # The read of the authoritative state an operator's resolve was decided on.
+    resolved_on_read = models.ForeignKey(
+        "Reconciliation", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
 
     class Meta:
         constraints = [

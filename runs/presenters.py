@@ -20,6 +20,7 @@ def attempt_dict(a) -> dict:
 
 def reconciliation_dict(r) -> dict:
     return {
+        "id": r.pk,
         "at": _iso(r.at),
         "authoritative": r.authoritative,
         "verdict": r.verdict,
@@ -58,6 +59,7 @@ def action_dict(action, *, replayed=False, content_changed=False) -> dict:
         "reconciliations": [reconciliation_dict(r) for r in action.reconciliations.all()],
         "claimed_by": action.claimed_by.get_username() if action.claimed_by_id else None,
         "reason": action.reason or None,
+        "resolved_on_read": action.resolved_on_read_id,
         "acknowledged_at": _iso(action.acknowledged_at),
         "acknowledged_by": action.acknowledged_by,
         "acknowledge_note": action.acknowledge_note or None,

@@ -22,6 +22,7 @@ from core.errors import (
     InputGone,
     ReplayRefused,
     RunNotRunning,
+    StaleRead,
     StateConflict,
 )
 from ledger.models import LedgerStatus
@@ -80,9 +81,9 @@ def action_move(action: Action, to: str, *, actor: Actor, reason: str = "", **fi
     for name, value in fields.items():
         setattr(action, name, value)
     after = {"state": to}
-    for name in ("block_reason", "failure_reason", "resolution"):
+    for name in ("block_reason", "failure_reason", "resolution", "resolved_on_read_id"):
         if fields.get(name):
-            after[name] = fields[name]
+            after[name.removesuffix("_id")] = fields[name]
     audit(
         actor=actor,
         verb=f"action.{to}",
@@ -453,8 +454,17 @@ def approval_requests_expire(*, actor: Actor, limit: int = 200) -> int:
     return count
 
 
-def action_resolve(action: Action, *, outcome: str, reason: str, actor: Actor) -> Action:
-    """An on-call person settles an outcome Takeover could not prove."""
+def action_resolve(
+    action: Action, *, outcome: str, reason: str, actor: Actor, based_on_read=None
+) -> Action:
+    """An on-call person settles an outcome Takeover could not prove.
+
+    Fresh decisions: the decision is recorded with the read of the authoritative state it was
+    based on (the latest one). It is refused (StaleRead, a 409) when that read is older than
+    RESOLVE_READ_MAX_AGE_SECONDS, or when `based_on_read` (the read the operator was looking
+    at) is not the latest one any more. An action never read at all (the tool's state could
+    not even be asked for yet) may be resolved: there is nothing fresher to ask for.
+    """
     if outcome not in {S.SUCCEEDED, S.FAILED}:
         raise StateConflict("outcome must be succeeded or failed.")
     with transaction.atomic():
@@ -464,6 +474,20 @@ def action_resolve(action: Action, *, outcome: str, reason: str, actor: Actor) -
                 "Only an unknown or needs_human action can be resolved; "
                 f"this one is {action.state}."
             )
+        latest = action.reconciliations.order_by("-at", "-id").first()
+        if latest is not None:
+            if based_on_read is not None and str(based_on_read) != str(latest.pk):
+                raise StaleRead(
+                    "A newer read of the authoritative state arrived "
+                    f"({latest.at:%H:%M:%S} UTC, {latest.verdict}); look at it, then decide."
+                )
+            age = (timezone.now() - latest.at).total_seconds()
+            limit = settings.RESOLVE_READ_MAX_AGE_SECONDS
+            if age > limit:
+                raise StaleRead(
+                    f"The latest read of the authoritative state is {age:.0f} s old (the limit "
+                    f"is {limit:.0f} s). Re-check now, then decide on what it shows."
+                )
         action_move(
             action,
             outcome,
@@ -472,6 +496,7 @@ def action_resolve(action: Action, *, outcome: str, reason: str, actor: Actor) -
             resolution=Resolution.RESOLVED_BY_OPERATOR,
             resolution_reason=reason,
             next_reconcile_at=None,
+            resolved_on_read_id=latest.pk if latest else None,
         )
     return action
 

@@ -50,6 +50,13 @@ class ActionProposeIn(serializers.Serializer):
 class ResolveIn(serializers.Serializer):
     outcome = serializers.ChoiceField(choices=["succeeded", "failed"])
     reason = StrictCharField(max_length=5000)
+    based_on_read = StrictIntegerField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="The id of the reconciliation read the decision was made on; refused (409) "
+        "unless it is the latest read. Without it, the latest read must be fresh.",
+    )
 
 
 class AcknowledgeIn(serializers.Serializer):

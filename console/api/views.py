@@ -344,7 +344,11 @@ def action_resolve(request, pk):
     if not fields["reason"].strip():
         raise ValidationFailed("A reason is required.", {"reason": ["Say why."]})
     services.action_resolve(
-        action, outcome=fields["outcome"], reason=fields["reason"].strip(), actor=request.user.actor
+        action,
+        outcome=fields["outcome"],
+        reason=fields["reason"].strip(),
+        actor=request.user.actor,
+        based_on_read=fields["based_on_read"],
     )
     return Response(present.action_dict(get_action_for(request.user, pk)))
 

@@ -289,3 +289,50 @@ def test_approver_lands_on_approvals_and_sees_reason_run_and_target_state(
     expect(state).to_contain_text("would change status")
     expect(row.locator(".state-diff")).to_contain_text(re.compile(r'status: "open" .*"closed"'))
     expect(row).to_contain_text("expires in")
+
+
+# --- part 3: fresh decisions ---------------------------------------------------------------
+
+
+def test_opening_an_action_rereads_and_the_diff_age_ticks(
+    live_db, downstream, new_page, console_server, settings
+):
+    world = make_world(downstream)
+    action = make_needs_human(world)
+    reads_before = action.reconciliations.count()
+    settings.CONSOLE_REREAD_AFTER_SECONDS = 0  # any read is old enough to re-read on opening
+    page = sign_in(new_page(), console_server, world.oncall, path=f"/actions/{action.pk}/")
+    expect(page.locator("#action-live")).to_contain_text(
+        f"by operator:{world.oncall.username}", timeout=6_000
+    )
+    assert action.reconciliations.count() == reads_before + 1
+    age = page.locator("#diff .read-age")
+    first = age.inner_text()
+    page.wait_for_timeout(2_200)
+    assert age.inner_text() != first, "the age of the read redraws on its own"
+
+
+def test_a_resolve_on_a_stale_read_asks_for_a_fresh_read_and_keeps_the_reason(
+    live_db, downstream, new_page, console_server, settings
+):
+    world = make_world(downstream)
+    action = make_needs_human(world)
+    settings.CONSOLE_REREAD_AFTER_SECONDS = 3600  # no automatic re-read here
+    settings.RESOLVE_READ_MAX_AGE_SECONDS = 2
+    page = sign_in(new_page(), console_server, world.oncall, path=f"/actions/{action.pk}/")
+    expect(page.locator(".stale-warning")).to_be_visible(timeout=6_000)
+    reason = "Helpdesk shows it closed."
+    page.get_by_label("Reason").fill(reason)
+    page.get_by_role("button", name="Resolve as succeeded").click()
+    expect(page.locator("#resolve-stale")).to_contain_text("Re-check now")
+    expect(page.get_by_label("Reason")).to_have_value(reason)
+    assert Action.objects.get(pk=action.pk).state == "needs_human"
+
+    settings.RESOLVE_READ_MAX_AGE_SECONDS = 60
+    page.get_by_role("button", name="Re-check now").click()
+    expect(page.get_by_role("status").first).to_contain_text("Re-checked")
+    expect(page.get_by_label("Reason")).to_have_value(reason)  # the draft came back
+    page.get_by_role("button", name="Resolve as succeeded").click()
+    expect(page.locator("#action-state")).to_have_text("succeeded")
+    done = Action.objects.get(pk=action.pk)
+    assert done.resolved_on_read_id == done.reconciliations.order_by("at", "id").last().pk

@@ -135,3 +135,41 @@ def test_propose_keeps_the_agents_reason_outside_the_fingerprint(world):
     schema = world.admin.client().get("/api/v1/schema/?format=json").json()
     propose_in = schema["components"]["schemas"]["ActionProposeIn"]["properties"]
     assert "reason" in propose_in
+
+
+def test_resolve_on_a_stale_read_is_refused_and_the_read_is_recorded(world, settings):
+    import time
+
+    from runs import dispatch
+
+    action = make_needs_human(world)
+    oncall = world.oncall.client()
+    url = f"/api/v1/actions/{action.pk}/resolve"
+    settings.RESOLVE_READ_MAX_AGE_SECONDS = 0.5
+    time.sleep(0.6)
+    stale = oncall.post(url, {"outcome": "failed", "reason": "still open"}, format="json")
+    assert stale.status_code == 409
+    assert "Re-check now" in problem(stale)["detail"]
+    assert Action.objects.get(pk=action.pk).state == "needs_human"
+
+    settings.RESOLVE_READ_MAX_AGE_SECONDS = 60
+    old_read = action.reconciliations.order_by("at").last()
+    dispatch.action_reconcile(action.pk, actor=operator_actor(world.oncall), manual=True)
+    fresh = action.reconciliations.order_by("at", "id").last()
+    assert fresh.pk != old_read.pk
+    behind = oncall.post(
+        url, {"outcome": "failed", "reason": "x", "based_on_read": old_read.pk}, format="json"
+    )
+    assert behind.status_code == 409 and "newer read" in problem(behind)["detail"]
+    bad = oncall.post(
+        url, {"outcome": "failed", "reason": "x", "based_on_read": "7"}, format="json"
+    )
+    assert bad.status_code == 400 and "based_on_read" in problem(bad)["errors"]
+
+    done = oncall.post(
+        url, {"outcome": "failed", "reason": "still open", "based_on_read": fresh.pk}, format="json"
+    )
+    assert done.status_code == 200, done.content
+    assert done.json()["resolved_on_read"] == fresh.pk
+    event = AuditEvent.objects.get(object_id=str(action.pk), verb="action.failed")
+    assert event.after["resolved_on_read"] == fresh.pk

@@ -11,6 +11,7 @@
   "use strict";
 
   var DRAFT = "takeover-draft:";
+  document.documentElement.classList.add("js");
 
   function textFields(root) {
     return root.querySelectorAll("textarea, input[type=text], input[type=search], input:not([type])");
@@ -78,6 +79,45 @@
     if (minutes < 60) return minutes + " min ago";
     return Math.floor(minutes / 60) + " h " + (minutes % 60) + " min ago";
   }
+
+  // Ages tick on their own ("5 s" does not still read "5 s" 26 s later), in the format the
+  // server renders: 42 s, 12 min, 3 h 5 min, 2 d 4 h.
+  function compactAge(iso) {
+    var seconds = Math.max(0, Math.floor((Date.now() - Date.parse(iso)) / 1000));
+    if (seconds < 60) return seconds + " s";
+    var minutes = Math.floor(seconds / 60);
+    if (minutes < 60) return minutes + " min";
+    var hours = Math.floor(minutes / 60);
+    minutes = minutes % 60;
+    if (hours < 24) return minutes ? hours + " h " + minutes + " min" : hours + " h";
+    var days = Math.floor(hours / 24);
+    hours = hours % 24;
+    return hours ? days + " d " + hours + " h" : days + " d";
+  }
+
+  function tick() {
+    var ages = document.querySelectorAll("[data-age-from]");
+    for (var i = 0; i < ages.length; i++) {
+      var iso = ages[i].getAttribute("data-age-from");
+      if (!isNaN(Date.parse(iso))) ages[i].textContent = compactAge(iso);
+    }
+    var warnings = document.querySelectorAll("[data-stale-after]");
+    for (var j = 0; j < warnings.length; j++) {
+      var from = Date.parse(warnings[j].getAttribute("data-stale-from"));
+      var limit = parseFloat(warnings[j].getAttribute("data-stale-after")) * 1000;
+      warnings[j].hidden = !(Date.now() - from > limit);
+    }
+  }
+  setInterval(tick, 1000);
+
+  // The resolve form says which read it was decided on: the one the diff shows now.
+  function syncRead() {
+    var diff = document.getElementById("diff");
+    var field = document.querySelector('#resolve-form input[name="based_on_read"]');
+    if (diff && field) field.value = diff.getAttribute("data-read") || "";
+  }
+  document.addEventListener("htmx:load", syncRead);
+  document.addEventListener("htmx:afterSettle", syncRead);
 
   // --- guarded regions: a touched form is never replaced --------------------------------
   var stashed = {};  // region id → the element the server sent, not swapped in yet
