@@ -89,6 +89,30 @@ class ForceReplayForm(forms.Form):
         return typed
 
 
+class ActionFilterForm(forms.Form):
+    """All actions: any state, tool, principal, age and tenant (choices from the scope)."""
+
+    tenant = forms.ChoiceField(required=False, label="Tenant")
+    state = forms.ChoiceField(
+        required=False,
+        label="State",
+        choices=[("", "Any state")] + [(s, ActionState(s).label) for s in ActionState.values],
+    )
+    tool = forms.ChoiceField(required=False, label="Tool")
+    principal = forms.ChoiceField(required=False, label="Principal")
+    age = forms.ChoiceField(required=False, label="Age", choices=list(AGE_LABELS.items()))
+
+    def __init__(self, data, *, tenants, tools, principals, current_slug):
+        super().__init__(data)
+        tenant_choices = [(t.slug, t.slug) for t in tenants]
+        if len(tenants) > 1:
+            tenant_choices.append(("*", "All my tenants"))
+        self.fields["tenant"].choices = tenant_choices
+        self.fields["tenant"].initial = current_slug
+        self.fields["tool"].choices = [("", "All tools")] + [(n, n) for n, _ in tools]
+        self.fields["principal"].choices = [("", "All principals")] + [(n, n) for n in principals]
+
+
 class RunFilterForm(forms.Form):
     status = forms.ChoiceField(
         required=False,

@@ -38,6 +38,7 @@ from runs.states import OPEN_FOR_HUMANS, ActionState
 
 from . import selectors as sel
 from .forms import (
+    ActionFilterForm,
     AuditFilterForm,
     DenyForm,
     ForceReplayForm,
@@ -200,6 +201,112 @@ def queue(request):
     if request.htmx and (request.GET.get("refresh") or request.htmx.target == "queue-region"):
         return render(request, "console/queue.html#queue-live", {**context, "oob": True})
     return render(request, "console/queue.html", context)
+
+
+# --- find anything ---------------------------------------------------------------------------
+
+
+@operator_required()
+def search(request):
+    """One box: an action or run id (or its 8-character prefix), an idempotency key, a
+    target. Exactly one match goes straight to it; otherwise a list."""
+    result = sel.search(request.scope, request.GET.get("q", "")[:300])
+    if result.only_link and not request.GET.get("list"):
+        return HttpResponseRedirect(result.only_link)
+    return render(request, "console/search.html", {"section": "search", "result": result})
+
+
+def _action_filters(request):
+    scope = request.scope
+    slug = request.GET.get("tenant") or scope.tenant.slug
+    if slug == "*":
+        tenant_ids = scope.tenant_ids
+    else:
+        tenant = scope.tenant_by_slug(slug)
+        if tenant is None:
+            raise Http404("No such tenant.")
+        tenant_ids = [tenant.pk]
+    tools = sel.queue_tools(scope, tenant_ids)
+    form = ActionFilterForm(
+        {k: request.GET.get(k, "") for k in ("state", "tool", "principal", "age")}
+        | {"tenant": slug},
+        tenants=[m.tenant for m in scope.memberships],
+        tools=tools,
+        principals=sel.principal_names(tenant_ids),
+        current_slug=scope.tenant.slug,
+    )
+    form.is_valid()
+    data = form.cleaned_data
+    filters = sel.ActionFilters(
+        tenant_ids=tenant_ids,
+        state=data.get("state") or "",
+        tool_ids=dict(tools).get(data["tool"], []) if data.get("tool") else None,
+        principal=data.get("principal") or "",
+        age=data.get("age") or "",
+    )
+    return form, filters
+
+
+@operator_required()
+def actions_list(request):
+    form, filters = _action_filters(request)
+    rows, next_cursor = sel.keyset(
+        sel.all_actions(filters), sel.parse_cursor(request.GET.get("after")), descending=True
+    )
+    return render(
+        request,
+        "console/actions.html",
+        {
+            "section": "actions",
+            "form": form,
+            "rows": rows,
+            "multi_tenant": len(filters.tenant_ids) > 1,
+            "paged": bool(request.GET.get("after")),
+            "next_query": _query(request, after=next_cursor) if next_cursor else "",
+            "first_query": _query(request, after=None),
+            "csv_query": _query(request, after=None),
+        },
+    )
+
+
+@operator_required()
+def actions_csv(request):
+    _, filters = _action_filters(request)
+    qs = sel.all_actions(filters).order_by("-created_at", "-pk")
+    header = [
+        "created_at",
+        "id",
+        "tenant",
+        "run",
+        "principal",
+        "tool",
+        "target",
+        "state",
+        "block_reason",
+        "failure_reason",
+        "resolution",
+        "idempotency_key",
+        "acknowledged_at",
+    ]
+    rows = (
+        [
+            a.created_at.isoformat(),
+            str(a.pk),
+            a.tenant.slug,
+            str(a.run_id),
+            a.principal.name,
+            a.tool.name,
+            a.target,
+            a.state,
+            a.block_reason,
+            a.failure_reason,
+            a.resolution,
+            a.idempotency_key,
+            a.acknowledged_at.isoformat() if a.acknowledged_at else "",
+        ]
+        for a in qs.iterator(chunk_size=1000)
+    )
+    return _csv_response(f"actions-{request.scope.tenant.slug}.csv", header, rows)
 
 
 # --- one action ----------------------------------------------------------------------------

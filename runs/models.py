@@ -176,6 +176,9 @@ class Action(models.Model):
                 name="action_outbox",
             ),
             models.Index(fields=["run", "created_at"], name="action_by_run"),
+            # All actions, newest first (console "All actions"), and search by target.
+            models.Index(fields=["tenant", "-created_at", "-id"], name="action_recent"),
+            models.Index(fields=["tenant", "target"], name="action_by_target"),
         ]
 
     def __str__(self):

@@ -3,6 +3,7 @@ the core tasks work on a 390 px phone with no sideways scrolling."""
 
 import re
 import time
+from pathlib import Path
 
 import pytest
 from axe_playwright_python.sync_playwright import Axe
@@ -148,6 +149,10 @@ def test_no_page_scrolls_sideways_at_390_px_and_axe_finds_nothing(
         "run": f"/runs/{failed.pk}/",
         "audit": "/audit/",
         "replays": "/replays/",
+        "all actions": "/actions/",
+        "search results": f"/search/?q={needs.target}&list=1",
+        "404": "/no/such/page/",
+        "404 of an object": "/actions/00000000-0000-0000-0000-000000000000/",
     }
     axe = Axe()
     too_wide, violations = {}, {}
@@ -336,3 +341,96 @@ def test_a_resolve_on_a_stale_read_asks_for_a_fresh_read_and_keeps_the_reason(
     expect(page.locator("#action-state")).to_have_text("succeeded")
     done = Action.objects.get(pk=action.pk)
     assert done.resolved_on_read_id == done.reconciliations.order_by("at", "id").last().pk
+
+
+# --- part 4: find anything -----------------------------------------------------------------------
+
+
+def test_search_finds_each_kind_of_id_and_deep_links(live_db, downstream, new_page, console_server):
+    from tests.console.conftest import propose, tool
+
+    world = make_world(downstream)
+    run = start_run(world)
+    key = f"refund:order-{run.pk.hex[:6]}"
+    target = f"T-{run.pk.hex[:6]}"
+    t = tool(world)
+    action = propose(world, run, t, target, {"status": "closed"}, key=key)
+    second = propose(world, run, t, target, {"status": "open"})  # same target, other key
+    page = sign_in(new_page(), console_server, world.oncall)
+
+    def search(text):
+        box = page.get_by_role("searchbox", name="Search", exact=True)
+        box.fill(text)
+        box.press("Enter")
+
+    search(str(action.pk))
+    expect(page).to_have_url(re.compile(f"/actions/{action.pk}/$"))
+    search(str(run.pk))
+    expect(page).to_have_url(re.compile(f"/runs/{run.pk}/$"))
+    search(str(run.pk)[:8])  # the short id the console shows
+    expect(page).to_have_url(re.compile(f"/runs/{run.pk}/$"))
+    search(key)
+    expect(page).to_have_url(re.compile(f"/actions/{action.pk}/$"))
+    search(target)  # two actions on this target: a list of both
+    results = page.locator("#search-results")
+    expect(results).to_contain_text("2 matches")
+    expect(results.get_by_role("link", name=target)).to_have_count(2)
+    results.get_by_role("link", name=target).first.click()
+    expect(page).to_have_url(re.compile(f"/actions/({action.pk}|{second.pk})/$"))
+
+    outsider = sign_in(new_page(), console_server, world.outsider)
+    outsider.get_by_role("searchbox", name="Search", exact=True).fill(str(action.pk))
+    outsider.get_by_role("searchbox", name="Search", exact=True).press("Enter")
+    expect(outsider.locator("#search-results")).to_contain_text("Nothing matches")
+
+
+def test_all_actions_lists_settled_ones_with_filters_and_csv(
+    live_db, downstream, new_page, console_server
+):
+    world = make_world(downstream)
+    run = start_run(world)
+    needs = make_needs_human(world, run=run)
+    services.action_resolve(
+        needs, outcome="failed", reason="checked", actor=operator_actor(world.oncall)
+    )
+    awaiting = make_awaiting(world, run=run)
+    page = sign_in(new_page(), console_server, world.oncall)
+    page.get_by_role("link", name="All actions").click()
+    expect(page.locator(f"#action-row-{needs.pk}")).to_contain_text("failed")
+    expect(page.locator(f"#action-row-{awaiting.pk}")).to_be_visible()
+    page.get_by_label("State").select_option("failed")
+    page.get_by_role("button", name="Apply filters").click()
+    expect(page.locator(f"#action-row-{needs.pk}")).to_be_visible()
+    expect(page.locator(f"#action-row-{awaiting.pk}")).to_have_count(0)
+    with page.expect_download() as download:
+        page.locator("#actions-csv").click()
+    body = Path(download.value.path()).read_text()
+    assert str(needs.pk) in body and str(awaiting.pk) not in body
+
+
+# --- part 8: corners -----------------------------------------------------------------------------
+
+
+def test_new_pages_and_the_404_have_no_axe_violations_at_desktop_width(
+    live_db, downstream, new_page, console_server
+):
+    world = make_world(downstream)
+    needs = make_needs_human(world)
+    page = sign_in(new_page(), console_server, world.admin)
+    axe = Axe()
+    found = {}
+    for path in [
+        "/actions/",
+        f"/search/?q={needs.target}&list=1",
+        "/search/",
+        "/no/such/page/",
+        "/runs/00000000-0000-0000-0000-000000000000/",
+    ]:
+        response = page.goto(console_server(path))
+        if path.startswith(("/no/", "/runs/0")):
+            assert response.status == 404
+            expect(page.get_by_role("heading", name="Not found")).to_be_visible()
+            expect(page.get_by_role("navigation", name="Main")).to_be_visible()
+        if violations := axe.run(page).response["violations"]:
+            found[path] = [(v["id"], [n["target"] for n in v["nodes"]][:3]) for v in violations]
+    assert not found, found

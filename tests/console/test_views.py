@@ -500,3 +500,24 @@ def test_django_admin_shows_raw_records_and_the_audit_log_is_read_only(live_db, 
     assert client.post(f"/admin/core/auditevent/{event.pk}/delete/").status_code == 403
     change = text(client.get(f"/admin/core/auditevent/{event.pk}/change/"))
     assert 'name="_save"' not in change  # view only
+
+
+def test_the_500_page_is_styled_names_the_error_id_and_touches_no_database(rf, live_db):
+    """Issue 12, part 8: a styled 500, with the error id and no internals."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from console.errors import server_error
+
+    request = rf.get("/somewhere/")
+    with CaptureQueriesContext(connection) as queries:
+        try:
+            raise RuntimeError("password=hunter2 in the internals")
+        except RuntimeError:
+            response = server_error(request)
+    body = response.content.decode()
+    assert response.status_code == 500
+    assert "Something went wrong" in body and 'href="/static/' in body  # the console's CSS
+    assert re.search(r"Error id <code>[\w-]+</code>", body)
+    assert "hunter2" not in body and "RuntimeError" not in body  # no internals
+    assert len(queries) == 0
