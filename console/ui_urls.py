@@ -13,6 +13,7 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("tenant/", views.switch_tenant, name="switch_tenant"),
     path("search/", views.search, name="search"),
+    path("nav-counts/", views.nav_counts, name="nav_counts"),
     path("actions/", views.actions_list, name="actions"),
     path("actions.csv", views.actions_csv, name="actions_csv"),
     path("actions/<uuid:pk>/", views.action_detail, name="action"),

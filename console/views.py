@@ -203,6 +203,12 @@ def queue(request):
     return render(request, "console/queue.html", context)
 
 
+@operator_required()
+def nav_counts(request):
+    """The navigation's counts, out of band (polled by every page while it is visible)."""
+    return render(request, "console/_nav_counts.html", {"oob": True})
+
+
 # --- find anything ---------------------------------------------------------------------------
 
 

@@ -434,3 +434,25 @@ def test_new_pages_and_the_404_have_no_axe_violations_at_desktop_width(
         if violations := axe.run(page).response["violations"]:
             found[path] = [(v["id"], [n["target"] for n in v["nodes"]][:3]) for v in violations]
     assert not found, found
+
+
+# --- part 5: counts in the navigation ---------------------------------------------------------
+
+
+def test_nav_counts_and_the_tab_title_update_live(live_db, downstream, new_page, console_server):
+    world = make_world(downstream)
+    make_awaiting(world)
+    page = sign_in(new_page(), console_server, world.admin, path="/runs/")
+    expect(page.locator("#nav-count-approvals")).to_have_text(re.compile(r"^\W*1 pending$"))
+    expect(page.locator("#nav-count-queue")).to_have_text("")
+    assert page.title().startswith("(1) Runs")
+
+    make_needs_human(world)
+    make_awaiting(world)
+    expect(page.locator("#nav-count-queue")).to_contain_text("1", timeout=8_000)
+    expect(page.locator("#nav-count-approvals")).to_contain_text("2", timeout=8_000)
+    expect(page).to_have_title(re.compile(r"^\(3\) Runs"))
+
+    approver = sign_in(new_page(), console_server, world.approver, path="/runs/")
+    expect(approver.locator("#nav-count-queue")).to_have_count(0)  # not on-call: not shown
+    expect(approver.locator("#nav-count-approvals")).to_contain_text("2")

@@ -110,6 +110,17 @@
   }
   setInterval(tick, 1000);
 
+  // The tab title leads with what waits for this operator: "(3) Queue · Takeover".
+  function syncTitle() {
+    var baseTitle = document.title.replace(/^\(\d+\) /, "");
+    var counts = document.querySelectorAll(".nav-count[data-title-count]");
+    var total = 0;
+    for (var i = 0; i < counts.length; i++) total += parseInt(counts[i].getAttribute("data-title-count"), 10) || 0;
+    document.title = (total ? "(" + total + ") " : "") + baseTitle;
+  }
+  document.addEventListener("htmx:afterSettle", syncTitle);
+  document.addEventListener("htmx:oobAfterSwap", syncTitle);
+
   // The resolve form says which read it was decided on: the one the diff shows now.
   function syncRead() {
     var diff = document.getElementById("diff");
