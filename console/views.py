@@ -23,7 +23,7 @@ from django.contrib.auth import views as auth_views
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
-from django.shortcuts import render
+from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
@@ -32,8 +32,9 @@ from django_htmx.http import HttpResponseClientRedirect, HttpResponseLocation
 
 from core.errors import DomainError, StaleRead, StateConflict
 from core.models import Role
+from core.services import tenant_settings_update
 from runs import dispatch, services
-from runs.models import Replay
+from runs.models import ForceReplayRequest, ForceRequestState, Replay
 from runs.states import OPEN_FOR_HUMANS, ActionState
 
 from . import selectors as sel
@@ -669,6 +670,8 @@ def _run_context(request, run, **extra) -> dict:
         "config_json": sel.pretty_json(run.config),
         "is_admin": request.scope.has_role(Role.ADMIN, run.tenant_id),
         "force_form": ForceReplayForm(run=run),
+        "waiting_force": run.force_requests.filter(state=ForceRequestState.PENDING).first(),
+        "four_eyes": run.tenant.four_eyes_force_replay,
         "short_id": str(run.pk)[:8],
     }
     context.update(extra)
@@ -712,11 +715,18 @@ def run_force_replay(request, pk):
             return render(request, "console/run.html#force-form", context, status=422)
         return render(request, "console/run.html", context, status=400)
     try:
-        new_run = services.run_replay(
-            run, force=True, reason=form.cleaned_data["reason"], actor=scope.actor
+        new_run, waiting = services.run_force_replay(
+            run, reason=form.cleaned_data["reason"], actor=scope.actor
         )
     except DomainError as exc:
         messages.error(request, f"Not replayed: {exc.detail}")
+        return _go(request, _run_url(run))
+    if waiting is not None:
+        messages.info(
+            request,
+            "Four eyes: your force replay waits until a different admin confirms it. "
+            "Nothing has been replayed yet.",
+        )
         return _go(request, _run_url(run))
     messages.success(
         request,
@@ -724,6 +734,50 @@ def run_force_replay(request, pk):
         "are in the replay history.",
     )
     return _go(request, _run_url(new_run))
+
+
+@require_POST
+@operator_required()
+def force_request_decide(request, pk, decision):
+    scope = request.scope
+    req = get_object_or_404(
+        ForceReplayRequest.objects.select_related("run"), pk=pk, tenant_id__in=scope.tenant_ids
+    )
+    require_role(scope, req.tenant_id, Role.ADMIN)
+    try:
+        if decision == "confirm":
+            new_run = services.force_replay_confirm(req, actor=scope.actor)
+        else:
+            services.force_replay_reject(
+                req, reason=request.POST.get("reason", "").strip()[:2000], actor=scope.actor
+            )
+    except DomainError as exc:
+        messages.error(request, f"Not done: {exc.detail}")
+        return _go(request, _run_url(req.run))
+    if decision == "confirm":
+        messages.success(
+            request,
+            f"Confirmed. Forced replay created: run {str(new_run.pk)[:8]}, pending for a runtime.",
+        )
+        return _go(request, _run_url(new_run))
+    messages.info(request, "Rejected. Nothing was replayed.")
+    return _go(request, _run_url(req.run))
+
+
+@require_POST
+@operator_required(Role.ADMIN)
+def tenant_settings(request):
+    enabled = request.POST.get("four_eyes_force_replay") == "on"
+    tenant_settings_update(
+        request.scope.tenant, actor=request.scope.actor, four_eyes_force_replay=enabled
+    )
+    messages.success(
+        request,
+        "Four-eyes force replay is on: a second admin must confirm each force replay."
+        if enabled
+        else "Four-eyes force replay is off: an admin's force replay happens at once.",
+    )
+    return _go(request, reverse("console:replays"))
 
 
 @operator_required(Role.ADMIN)
@@ -737,6 +791,9 @@ def replays(request):
         {
             "section": "replays",
             "rows": rows,
+            "waiting": ForceReplayRequest.objects.filter(
+                tenant=request.scope.tenant, state=ForceRequestState.PENDING
+            ).order_by("created_at"),
             "paged": bool(request.GET.get("after")),
             "next_query": _query(request, after=next_cursor) if next_cursor else "",
             "first_query": _query(request, after=None),

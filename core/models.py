@@ -19,6 +19,9 @@ class Tenant(models.Model):
     slug = models.SlugField(max_length=63, unique=True)
     name = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Four-eyes force replay: a force replay asked by one admin waits until a different
+    # admin confirms (or rejects) it. Off by default; admins switch it, audited.
+    four_eyes_force_replay = models.BooleanField(default=False)
 
     def __str__(self):
         return self.slug

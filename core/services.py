@@ -131,3 +131,27 @@ def tool_update(tool: Tool, *, actor: Actor, reason: str = "", **changes) -> Too
             actor=actor, verb="tool.update", obj=tool, before=before, after=changes, reason=reason
         )
     return tool
+
+
+TENANT_SETTINGS = {"four_eyes_force_replay"}
+
+
+def tenant_settings_update(tenant: Tenant, *, actor: Actor, **changes) -> Tenant:
+    """Change a tenant's settings (admin). Audited with before and after."""
+    if unknown := set(changes) - TENANT_SETTINGS:
+        raise ValidationFailed("Not a setting.", {name: ["Unknown setting."] for name in unknown})
+    with transaction.atomic():
+        tenant = Tenant.objects.select_for_update(no_key=True).get(pk=tenant.pk)
+        before = {name: getattr(tenant, name) for name in changes}
+        for name, value in changes.items():
+            setattr(tenant, name, value)
+        tenant.save(update_fields=list(changes))
+        audit(
+            actor=actor,
+            verb="tenant.settings",
+            obj=tenant,
+            tenant=tenant,
+            before=before,
+            after=changes,
+        )
+    return tenant

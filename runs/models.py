@@ -221,6 +221,48 @@ class Reconciliation(models.Model):
         ordering = ["at", "id"]
 
 
+class ForceRequestState(models.TextChoices):
+    PENDING = "pending"
+    CONFIRMED = "confirmed"
+    REJECTED = "rejected"
+
+
+class ForceReplayRequest(models.Model):
+    """Four-eyes force replay: one admin asks, a different admin confirms or rejects.
+
+    At most one waits per run (a partial unique index), so two admins asking at once get
+    one request and a 409."""
+
+    State = ForceRequestState
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey("core.Tenant", on_delete=models.PROTECT, related_name="+")
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="force_requests")
+    requested_by = models.JSONField()
+    reason = models.TextField()
+    tools_at_risk = models.JSONField(null=True, blank=True)
+    state = models.CharField(
+        max_length=16, choices=ForceRequestState.choices, default=ForceRequestState.PENDING
+    )
+    decided_by = models.JSONField(null=True, blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_reason = models.TextField(blank=True, default="")
+    new_run = models.OneToOneField(
+        Run, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run"], condition=Q(state="pending"), name="one_pending_force_per_run"
+            ),
+            _choices_check("state", ForceRequestState, "force_request_state_valid"),
+            models.CheckConstraint(condition=~Q(reason=""), name="force_request_has_reason"),
+        ]
+        indexes = [models.Index(fields=["tenant", "-created_at"], name="force_request_recent")]
+
+
 class Replay(models.Model):
     """One replay decision: who asked, whether forced, why, and what was at risk."""
 

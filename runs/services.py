@@ -28,7 +28,7 @@ from core.errors import (
 from ledger.models import LedgerStatus
 from ledger.services import ledger_live_entry, ledger_reserve, ledger_set_status
 
-from .models import Action, Replay, Run
+from .models import Action, ForceReplayRequest, ForceRequestState, Replay, Run
 from .states import ActionState as S
 from .states import BlockReason, Resolution, RunStatus, check_move
 
@@ -846,6 +846,146 @@ def run_replay(run: Run, *, force: bool, reason: str, actor: Actor) -> Run:
                 reason=reason,
             )
     return new_run
+
+
+# --- four-eyes force replay --------------------------------------------------------------
+
+
+def run_force_replay(run: Run, *, reason: str, actor: Actor):
+    """An admin forces a replay. Returns (new_run, None), or (None, request) when the
+    tenant requires four eyes: the request then waits, visibly, until a different admin
+    confirms or rejects it. The caller checks the admin role and the non-empty reason.
+
+    A replay the rule allows without force needs no second admin (nothing is at risk).
+    """
+    from django.db import IntegrityError
+
+    run = Run.objects.select_related("tenant").get(pk=run.pk)
+    if not run.tenant.four_eyes_force_replay:
+        return run_replay(run, force=True, reason=reason, actor=actor), None
+    with transaction.atomic():
+        run = Run.objects.select_for_update(no_key=True).get(pk=run.pk)
+        verdict = replay_verdict(run)
+        if verdict.gone:
+            raise InputGone(verdict.message)
+        if verdict.allowed:
+            return run_replay(run, force=True, reason=reason, actor=actor), None
+        if not verdict.forceable:
+            raise ReplayRefused(verdict.message, tools_at_risk=verdict.tools_at_risk)
+        waiting = ForceReplayRequest.objects.filter(run=run, state=ForceRequestState.PENDING)
+        if first := waiting.first():
+            who = first.requested_by
+            raise ReplayRefused(
+                f"A force replay of this run already waits for a second admin (asked by "
+                f"{who['kind']}:{who['name']}).",
+                tools_at_risk=verdict.tools_at_risk,
+            )
+        try:
+            with transaction.atomic():
+                request = ForceReplayRequest.objects.create(
+                    tenant=run.tenant,
+                    run=run,
+                    requested_by=actor.as_dict(),
+                    reason=reason,
+                    tools_at_risk=verdict.tools_at_risk,
+                )
+        except IntegrityError as exc:  # a racing admin's request won
+            raise ReplayRefused(
+                "A force replay of this run already waits for a second admin.",
+                tools_at_risk=verdict.tools_at_risk,
+            ) from exc
+        audit(
+            actor=actor,
+            verb="force_replay.request",
+            obj=run,
+            after={"request": str(request.pk), "tools_at_risk": verdict.tools_at_risk},
+            reason=reason,
+        )
+    return None, request
+
+
+def _lock_pending_force(request: ForceReplayRequest) -> ForceReplayRequest:
+    request = (
+        ForceReplayRequest.objects.select_for_update(no_key=True)
+        .select_related("run", "tenant")
+        .get(pk=request.pk)
+    )
+    if request.state != ForceRequestState.PENDING:
+        who = request.decided_by or {}
+        raise StateConflict(
+            f"This force replay request is already {request.state} "
+            f"(by {who.get('kind', '')}:{who.get('name', '')})."
+        )
+    return request
+
+
+def force_replay_confirm(request: ForceReplayRequest, *, actor: Actor) -> Run:
+    """A second admin confirms: the replay is created now, forced, in the requester's name
+    and with their reason; the confirmation is audited in the confirmer's. The requester
+    cannot confirm their own request."""
+    with transaction.atomic():
+        request = _lock_pending_force(request)
+        requester = Actor(**request.requested_by)
+        if requester == actor:
+            raise StateConflict(
+                "You asked for this force replay; a different admin must confirm it (four eyes)."
+            )
+        new_run = run_replay(request.run, force=True, reason=request.reason, actor=requester)
+        request.state = ForceRequestState.CONFIRMED
+        request.decided_by = actor.as_dict()
+        request.decided_at = timezone.now()
+        request.new_run = new_run
+        request.save(update_fields=["state", "decided_by", "decided_at", "new_run"])
+        audit(
+            actor=actor,
+            verb="force_replay.confirm",
+            obj=request.run,
+            before={"request": "pending"},
+            after={
+                "request": str(request.pk),
+                "new_run": str(new_run.pk),
+                "requested_by": request.requested_by,
+            },
+            reason=request.reason,
+        )
+    return new_run
+
+
+def force_replay_reject(request: ForceReplayRequest, *, reason: str, actor: Actor):
+    """A different admin rejects the request, or its requester withdraws it. Nothing is
+    replayed."""
+    with transaction.atomic():
+        request = _lock_pending_force(request)
+        request.state = ForceRequestState.REJECTED
+        request.decided_by = actor.as_dict()
+        request.decided_at = timezone.now()
+        request.decision_reason = reason
+        request.save(update_fields=["state", "decided_by", "decided_at", "decision_reason"])
+        audit(
+            actor=actor,
+            verb="force_replay.reject",
+            obj=request.run,
+            before={"request": "pending"},
+            after={"request": str(request.pk)},
+            reason=reason,
+        )
+    return request
+
+
+def force_request_dict(request: ForceReplayRequest) -> dict:
+    return {
+        "id": str(request.pk),
+        "run": str(request.run_id),
+        "state": request.state,
+        "requested_by": request.requested_by,
+        "reason": request.reason,
+        "tools_at_risk": request.tools_at_risk,
+        "decided_by": request.decided_by,
+        "decided_at": request.decided_at.isoformat() if request.decided_at else None,
+        "decision_reason": request.decision_reason or None,
+        "new_run": str(request.new_run_id) if request.new_run_id else None,
+        "created_at": request.created_at.isoformat(),
+    }
 
 
 def replay_record(run_or_record) -> dict:

@@ -59,6 +59,16 @@ class ResolveIn(serializers.Serializer):
     )
 
 
+class NoteIn(serializers.Serializer):
+    reason = StrictCharField(required=False, allow_blank=True, default="", max_length=5000)
+
+
+class TenantSettingsIn(serializers.Serializer):
+    four_eyes_force_replay = StrictBooleanField(
+        help_text="A force replay waits until a different admin confirms it."
+    )
+
+
 class AcknowledgeIn(serializers.Serializer):
     note = StrictCharField(required=False, allow_blank=True, default="", max_length=5000)
 

@@ -15,6 +15,18 @@ urlpatterns = [
     path("runs/<uuid:pk>/actions", views.propose, name="run-actions"),
     path("runs/<uuid:pk>/replay", views.run_replay, name="run-replay"),
     path("replays", views.replays, name="replays"),
+    path("force-replay-requests", views.force_replay_requests, name="force-requests"),
+    path(
+        "force-replay-requests/<uuid:pk>/confirm",
+        views.force_replay_confirm,
+        name="force-request-confirm",
+    ),
+    path(
+        "force-replay-requests/<uuid:pk>/reject",
+        views.force_replay_reject,
+        name="force-request-reject",
+    ),
+    path("settings", views.tenant_settings, name="settings"),
     path("actions/<uuid:pk>", views.action_detail, name="action"),
     path("actions/<uuid:pk>/reconcile", views.action_reconcile, name="action-reconcile"),
     path("actions/<uuid:pk>/resolve", views.action_resolve, name="action-resolve"),

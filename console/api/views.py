@@ -21,12 +21,12 @@ from core.api.permissions import require_operator, require_principal
 from core.api.problems import problem
 from core.errors import StateConflict, ValidationFailed
 from core.models import AuditEvent, Principal, Role, Tool
-from core.services import principal_create, tool_create
+from core.services import principal_create, tenant_settings_update, tool_create
 from ledger.models import LedgerEntry
 from ledger.services import ledger_revoke
 from runs import dispatch, services
 from runs import presenters as present
-from runs.models import Action, Attempt, Reconciliation, Replay, Run
+from runs.models import Action, Attempt, ForceReplayRequest, Reconciliation, Replay, Run
 from runs.states import IN_PROGRESS, OPEN_FOR_HUMANS
 
 from . import serializers as s
@@ -235,7 +235,12 @@ def run_claim(request):
     return Response(present.run_dict(run))
 
 
-@extend_schema(request=s.ReplayIn, responses={201: OBJ})
+@extend_schema(
+    request=s.ReplayIn,
+    responses={201: OBJ, 202: OBJ},
+    description="201 with the new run; with the tenant's four-eyes setting, a force that "
+    "needs one answers 202 with the waiting force replay request.",
+)
 @api_view(["POST"])
 def run_replay(request, pk):
     run = get_run_for(request.user, pk)
@@ -247,10 +252,65 @@ def run_replay(request, pk):
             raise ValidationFailed(
                 "A forced replay needs a reason.", {"reason": ["Required when force is true."]}
             )
-    new_run = services.run_replay(
-        run, force=fields["force"], reason=fields["reason"].strip(), actor=caller.actor
-    )
+    if fields["force"]:
+        new_run, waiting = services.run_force_replay(
+            run, reason=fields["reason"].strip(), actor=caller.actor
+        )
+        if waiting is not None:
+            return Response(services.force_request_dict(waiting), status=202)
+    else:
+        new_run = services.run_replay(run, force=False, reason="", actor=caller.actor)
     return Response(present.run_dict(new_run), status=201)
+
+
+def get_force_request_for(caller, pk) -> ForceReplayRequest:
+    found = ForceReplayRequest.objects.filter(tenant=caller.tenant, pk=pk).first()
+    if found is None:
+        raise Http404
+    return found
+
+
+@extend_schema(request=None, responses=OBJ)
+@api_view(["GET"])
+def force_replay_requests(request):
+    """Four-eyes force replays, newest first; `?state=pending` for those waiting. Admin."""
+    caller = require_operator(request, Role.ADMIN)
+    qs = ForceReplayRequest.objects.filter(tenant=caller.tenant)
+    if states := csv_param(request, "state", ["pending", "confirmed", "rejected"]):
+        qs = qs.filter(state__in=states)
+    return page(request, qs, services.force_request_dict)
+
+
+@extend_schema(request=None, responses={201: OBJ})
+@api_view(["POST"])
+def force_replay_confirm(request, pk):
+    """A second admin confirms: 201 with the new run. 409 for the requester themselves."""
+    caller = require_operator(request, Role.ADMIN)
+    new_run = services.force_replay_confirm(get_force_request_for(caller, pk), actor=caller.actor)
+    return Response(present.run_dict(new_run), status=201)
+
+
+@extend_schema(request=s.NoteIn, responses=OBJ)
+@api_view(["POST"])
+def force_replay_reject(request, pk):
+    caller = require_operator(request, Role.ADMIN)
+    fields = valid(s.NoteIn, body_object(request) if request.body else {})
+    req = services.force_replay_reject(
+        get_force_request_for(caller, pk), reason=fields["reason"].strip(), actor=caller.actor
+    )
+    return Response(services.force_request_dict(req))
+
+
+@extend_schema(request=s.TenantSettingsIn, responses=OBJ)
+@api_view(["GET", "POST"])
+def tenant_settings(request):
+    """The tenant's settings (admin): `four_eyes_force_replay`."""
+    caller = require_operator(request, Role.ADMIN)
+    tenant = caller.tenant
+    if request.method == "POST":
+        fields = valid(s.TenantSettingsIn, body_object(request))
+        tenant = tenant_settings_update(tenant, actor=caller.actor, **fields)
+    return Response({"four_eyes_force_replay": tenant.four_eyes_force_replay})
 
 
 @extend_schema(request=None, responses=OBJ)

@@ -117,7 +117,7 @@ def test_screenshots(live_db, downstream, new_page, console_server):
         "runs": "/runs/",
         "run": f"/runs/{failed_run.pk}/",
         "replays": "/replays/",
-        **extra_shots(w, run),
+        **extra_shots(awaiting, run),
     }
     for width, height in WIDTHS:
         page = new_page()
@@ -138,4 +138,9 @@ WIDTHS = [(1280, 800), (390, 844)]
 
 def extra_shots(w, run) -> dict:
     """Pages added after the first set (kept apart so the list above stays readable)."""
-    return {"not-found": "/actions/00000000-0000-0000-0000-000000000000/"}
+    return {
+        "not-found": "/actions/00000000-0000-0000-0000-000000000000/",
+        "all-actions": "/actions/",
+        "search": "/search/?q=TCK-4217&list=1",
+        "approval-state": f"/approvals/{w.approval_request_id}/state/",
+    }

@@ -456,3 +456,44 @@ def test_nav_counts_and_the_tab_title_update_live(live_db, downstream, new_page,
     approver = sign_in(new_page(), console_server, world.approver, path="/runs/")
     expect(approver.locator("#nav-count-queue")).to_have_count(0)  # not on-call: not shown
     expect(approver.locator("#nav-count-approvals")).to_contain_text("2")
+
+
+# --- part 7: four-eyes force replay ------------------------------------------------------------
+
+
+def test_four_eyes_force_replay_needs_a_second_admin(live_db, downstream, new_page, console_server):
+    from core.services import tenant_settings_update
+    from runs.models import ForceReplayRequest, Run
+
+    world = make_world(downstream)
+    second = add_operator(world, "admin2", Role.ADMIN)
+    run = make_failed_run_with_tools(world)
+    first = sign_in(new_page(), console_server, world.admin, path="/replays/")
+    first.get_by_label(re.compile("Four eyes: a force replay waits")).check()
+    first.get_by_role("button", name="Save").click()
+    expect(first.get_by_role("status").first).to_contain_text("Four-eyes force replay is on")
+    world.tenant.refresh_from_db()
+    assert world.tenant.four_eyes_force_replay
+
+    first.goto(console_server(f"/runs/{run.pk}/"))
+    first.get_by_label(re.compile("^Reason")).fill("Keys guard every ticket update.")
+    first.get_by_label(re.compile("Type the run id")).fill(str(run.pk)[:8])
+    first.get_by_role("button", name="Force replay").click()
+    expect(first.get_by_role("status").first).to_contain_text("waits until a different admin")
+    waiting = first.locator("#force-waiting")
+    expect(waiting).to_contain_text(f"Asked by operator:{world.admin.username}")
+    expect(first.get_by_role("button", name="Confirm the force replay")).to_have_count(0)
+    assert not Run.objects.filter(replay_of=run).exists()
+
+    other = sign_in(new_page(), console_server, second, path=f"/runs/{run.pk}/")
+    expect(other.locator("#force-waiting")).to_contain_text("Keys guard every ticket update.")
+    other.get_by_role("button", name="Confirm the force replay").click()
+    expect(other.get_by_role("status").first).to_contain_text("Confirmed. Forced replay created")
+    new_run = Run.objects.get(replay_of=run)
+    expect(other.locator("#run-status")).to_have_text("pending")
+    request = ForceReplayRequest.objects.get(run=run)
+    assert request.state == "confirmed" and request.new_run_id == new_run.pk
+    assert request.decided_by == {"kind": "operator", "name": second.username}
+    tenant_settings_update(
+        world.tenant, actor=operator_actor(world.admin), four_eyes_force_replay=False
+    )

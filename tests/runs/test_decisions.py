@@ -173,3 +173,48 @@ def test_resolve_on_a_stale_read_is_refused_and_the_read_is_recorded(world, sett
     assert done.json()["resolved_on_read"] == fresh.pk
     event = AuditEvent.objects.get(object_id=str(action.pk), verb="action.failed")
     assert event.after["resolved_on_read"] == fresh.pk
+
+
+def test_four_eyes_force_replay_through_the_api(world):
+    from runs.models import Run
+    from tests.console.conftest import add_operator, make_failed_run_with_tools
+
+    admin = world.admin.client()
+    assert admin.get("/api/v1/settings").json() == {"four_eyes_force_replay": False}
+    assert (
+        world.oncall.client()
+        .post("/api/v1/settings", {"four_eyes_force_replay": True}, format="json")
+        .status_code
+        == 403
+    )
+    bad = admin.post("/api/v1/settings", {"four_eyes_force_replay": "yes"}, format="json")
+    assert bad.status_code == 400 and "four_eyes_force_replay" in problem(bad)["errors"]
+    on = admin.post("/api/v1/settings", {"four_eyes_force_replay": True}, format="json")
+    assert on.json() == {"four_eyes_force_replay": True}
+
+    run = make_failed_run_with_tools(world)
+    asked = admin.post(
+        f"/api/v1/runs/{run.pk}/replay", {"force": True, "reason": "guarded"}, format="json"
+    )
+    assert asked.status_code == 202, asked.content
+    request_id = asked.json()["id"]
+    assert asked.json()["state"] == "pending" and asked.json()["tools_at_risk"] == ["update_ticket"]
+    again = admin.post(
+        f"/api/v1/runs/{run.pk}/replay", {"force": True, "reason": "again"}, format="json"
+    )
+    assert again.status_code == 409 and "already waits" in problem(again)["detail"]
+    own = admin.post(f"/api/v1/force-replay-requests/{request_id}/confirm")
+    assert own.status_code == 409 and "different admin" in problem(own)["detail"]
+    assert not Run.objects.filter(replay_of=run).exists()
+
+    second = add_operator(world, "admin2", "admin").client()
+    pending = second.get("/api/v1/force-replay-requests?state=pending").json()["results"]
+    assert [r["id"] for r in pending] == [request_id]
+    confirmed = second.post(f"/api/v1/force-replay-requests/{request_id}/confirm")
+    assert confirmed.status_code == 201, confirmed.content
+    assert confirmed.json()["replay_of"] == str(run.pk)
+    assert (
+        AuditEvent.objects.filter(verb="force_replay.confirm", object_id=str(run.pk)).count() == 1
+    )
+    done = second.post(f"/api/v1/force-replay-requests/{request_id}/reject")
+    assert done.status_code == 409
