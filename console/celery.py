@@ -17,4 +17,9 @@ app.autodiscover_tasks()
 def _schedule_sweeps(sender, **kwargs):
     from django.conf import settings
 
-    sender.add_periodic_task(settings.SWEEP_INTERVAL_SECONDS, sender.signature("runs.sweep"))
+    # A sweep nobody ran within one interval is superseded by the next: it expires, so
+    # sweeps do not pile up in the broker while every worker is down.
+    sender.add_periodic_task(
+        settings.SWEEP_INTERVAL_SECONDS,
+        sender.signature("runs.sweep", expires=settings.SWEEP_INTERVAL_SECONDS),
+    )

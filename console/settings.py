@@ -197,9 +197,18 @@ SAFE_RETRY_DELAY_SECONDS = env_float("SAFE_RETRY_DELAY_SECONDS", 1)
 # A dispatch lease is the worst-case call time (every attempt timing out, plus the safe
 # retry delays) plus this grace; past it the sweeper declares the worker lost.
 DISPATCH_LEASE_GRACE_SECONDS = env_float("DISPATCH_LEASE_GRACE_SECONDS", 30)
-# A queued action not claimed this long after it was (re-)enqueued is enqueued again.
-QUEUED_REENQUEUE_AFTER_SECONDS = env_float("QUEUED_REENQUEUE_AFTER_SECONDS", 15)
 SWEEP_INTERVAL_SECONDS = env_float("SWEEP_INTERVAL_SECONDS", 5)
+# The queue (runs.dispatch.drain): rows claimed per transaction, concurrent tool calls per
+# worker process, and how long one wake-up may drain before it hands over to a fresh one.
+CLAIM_BATCH_SIZE = int(os.environ.get("CLAIM_BATCH_SIZE", 16))
+DISPATCH_CONCURRENCY = int(os.environ.get("DISPATCH_CONCURRENCY", 32))
+DRAIN_MAX_SECONDS = env_float("DRAIN_MAX_SECONDS", 60)
+# A wake-up nobody picked up in this time is dropped by the broker (the sweep drains anyway).
+WAKEUP_EXPIRES_SECONDS = env_float("WAKEUP_EXPIRES_SECONDS", 60)
+# GET /actions/{id}?wait=N: concurrent waits per web process, per principal and in all;
+# beyond either cap the request answers at once with the current state.
+WAIT_MAX_PER_PRINCIPAL = int(os.environ.get("WAIT_MAX_PER_PRINCIPAL", 4))
+WAIT_MAX_PER_PROCESS = int(os.environ.get("WAIT_MAX_PER_PROCESS", 8))
 RECONCILE_READ_ATTEMPTS = 3
 RECONCILE_READ_INTERVAL_SECONDS = 0.2
 RECONCILE_BACKOFF_MAX_SECONDS = env_float("RECONCILE_BACKOFF_MAX_SECONDS", 600)

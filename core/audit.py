@@ -44,9 +44,44 @@ def audit(
     after=None,
     reason: str = "",
     object_type: str | None = None,
+    request_id: str | None = None,
 ) -> AuditEvent:
     return AuditEvent.objects.create(
-        tenant=tenant if tenant is not None else getattr(obj, "tenant", None),
+        **audit_fields(
+            actor=actor,
+            verb=verb,
+            obj=obj,
+            tenant=tenant,
+            before=before,
+            after=after,
+            reason=reason,
+            object_type=object_type,
+            request_id=request_id,
+        )
+    )
+
+
+def audit_many(events: list[dict]) -> None:
+    """Write several audit events in one INSERT (a batch claim moves many actions at once).
+    Each dict holds `audit()`'s keyword arguments."""
+    if events:
+        AuditEvent.objects.bulk_create([AuditEvent(**audit_fields(**e)) for e in events])
+
+
+def audit_fields(
+    *,
+    actor: Actor,
+    verb: str,
+    obj,
+    tenant=None,
+    before=None,
+    after=None,
+    reason: str = "",
+    object_type: str | None = None,
+    request_id: str | None = None,
+) -> dict:
+    return dict(
+        tenant_id=tenant.pk if tenant is not None else getattr(obj, "tenant_id", None),
         at=timezone.now(),
         actor_kind=actor.kind,
         actor_name=actor.name,
@@ -56,5 +91,6 @@ def audit(
         before=before,
         after=after,
         reason=reason or "",
-        request_id=request_id_var.get(),
+        # The worker acts for the request that proposed the action: same id, one trail.
+        request_id=request_id if request_id is not None else request_id_var.get(),
     )

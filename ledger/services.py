@@ -1,6 +1,8 @@
 """Ledger services. Callers own the transaction; each function assumes it runs inside one."""
 
-from django.db import IntegrityError, transaction
+import uuid
+
+from django.db import connection, transaction
 from django.utils import timezone
 
 from core.audit import Actor, audit
@@ -16,41 +18,98 @@ def ledger_live_entry(tenant, key: str) -> LedgerEntry | None:
     return LedgerEntry.objects.filter(tenant=tenant, key=key, revoked_at__isnull=True).first()
 
 
+RESERVE = """
+INSERT INTO ledger_ledgerentry
+  (id, tenant_id, key, generation, fingerprint, tool, action_id, status,
+   created_at, updated_at, revoked_reason)
+SELECT %(id)s, %(tenant)s, %(key)s, coalesce(max(generation), 0) + 1, %(fingerprint)s,
+       %(tool)s, %(action)s, %(status)s, %(now)s, %(now)s, ''
+FROM ledger_ledgerentry WHERE tenant_id = %(tenant)s AND key = %(key)s
+ON CONFLICT (tenant_id, key) WHERE revoked_at IS NULL DO NOTHING
+RETURNING generation
+"""
+
+
 def ledger_reserve(
-    *, tenant, key: str, fingerprint: str, tool: str, action_id, actor: Actor
+    *,
+    tenant,
+    key: str,
+    fingerprint: str,
+    tool: str,
+    action_id,
+    actor: Actor,
+    audit_later: bool = False,
 ) -> LedgerEntry | None:
     """Take `key` for a new effect. Returns None if a live entry already holds it.
 
-    Racing reservations of one key serialize on the partial unique index: the loser's
-    INSERT waits for the winner's commit and then fails, after which the winner's entry
-    is visible to the loser's next statement (READ COMMITTED).
+    One INSERT … ON CONFLICT DO NOTHING on the partial unique index of live keys: racing
+    reservations of one key serialize there, the loser's INSERT waits for the winner's
+    commit and then does nothing, after which the winner's entry is visible to the loser's
+    next statement (READ COMMITTED). No savepoint, no exception: a savepoint would cost a
+    subtransaction id per proposal. The generation counts past revoked entries of the key.
+
+    `audit_later`: the caller writes `ledger_reserve_audit(entry)` itself, in the same
+    transaction (the proposal batches it with its own event).
     """
-    last = LedgerEntry.objects.filter(tenant=tenant, key=key).order_by("-generation").first()
-    generation = last.generation + 1 if last else 1
-    try:
-        with transaction.atomic():
-            entry = LedgerEntry.objects.create(
-                tenant=tenant,
-                key=key,
-                generation=generation,
-                fingerprint=fingerprint,
-                tool=tool,
-                action_id=action_id,
-            )
-    except IntegrityError:
-        return None
-    audit(
-        actor=actor,
-        verb="ledger.reserve",
-        obj=entry,
-        after={"key": key, "generation": generation, "action_id": str(action_id)},
+    now = timezone.now()
+    entry = LedgerEntry(
+        id=uuid.uuid4(),
+        tenant=tenant,
+        key=key,
+        fingerprint=fingerprint,
+        tool=tool,
+        action_id=action_id,
+        status=LedgerStatus.RESERVED,
+        created_at=now,
+        updated_at=now,
     )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            RESERVE,
+            {
+                "id": entry.id,
+                "tenant": tenant.pk,
+                "key": key,
+                "fingerprint": fingerprint,
+                "tool": tool,
+                "action": action_id,
+                "status": entry.status,
+                "now": now,
+            },
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    entry.generation = row[0]
+    entry._state.adding = False
+    if not audit_later:
+        audit(**ledger_reserve_audit(entry, actor=actor))
     return entry
+
+
+def ledger_reserve_audit(entry: LedgerEntry, *, actor: Actor) -> dict:
+    return {
+        "actor": actor,
+        "verb": "ledger.reserve",
+        "obj": entry,
+        "after": {
+            "key": entry.key,
+            "generation": entry.generation,
+            "action_id": str(entry.action_id),
+        },
+    }
 
 
 def ledger_set_status(entry_id, status: str) -> None:
     """Mirror the owning action's progress; audited by the action's own transition."""
     LedgerEntry.objects.filter(pk=entry_id).update(status=status, updated_at=timezone.now())
+
+
+def ledger_set_status_many(entry_ids, status: str) -> None:
+    if entry_ids:
+        LedgerEntry.objects.filter(pk__in=entry_ids).update(
+            status=status, updated_at=timezone.now()
+        )
 
 
 def ledger_revoke(entry: LedgerEntry, *, actor: Actor, reason: str) -> LedgerEntry:

@@ -1,10 +1,15 @@
 """Dispatch over the tool protocol (SPEC §6), and reconciliation of unknown outcomes.
 
-The order of a dispatch, each step its own transaction:
-1. claim: queued → dispatching, approval consumed, lease set, attempt 1 opened. Committed
-   before any byte goes out (invariant 1). No row lock outlives this step.
+The database is the queue. A woken worker drains (`drain`): it claims due rows in batches
+and works them on a thread pool. The order of a dispatch, each step its own transaction:
+1. claim (a batch at once): queued → dispatching, approval consumed, lease set, attempt 1
+   opened, audited. Committed before any byte goes out (invariant 1). No row lock outlives
+   this step.
 2. the HTTP call, outside any transaction.
-3. the attempt is closed with its classification; then the action settles.
+3. settle: the attempt is closed with its classification and the action moves, together.
+So a happy-path effect costs three write transactions (propose, its share of a claim,
+settle). A killed worker's claims come back through their leases (`expire_leases`), as
+unknowns to reconcile, never as queued.
 
 httpx tells the two failure families apart: ConnectError/ConnectTimeout are raised before
 the request is written (refused, DNS, TLS handshake), anything later — ReadTimeout,
@@ -14,23 +19,29 @@ server closed could fail mid-write and look like "never sent".
 """
 
 import logging
+import os
+import threading
 import time
+import uuid
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
 from urllib.parse import quote
 
 import httpx
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from approvals import services as approvals
-from core.audit import DISPATCHER, RECONCILER, SWEEPER, Actor, audit
+from core.audit import DISPATCHER, RECONCILER, SWEEPER, Actor, audit, request_id_var
 
 from .models import Action, Attempt, Reconciliation
-from .services import action_move, enqueue_reconcile, lease_for
+from .services import action_move, actions_move_batch, enqueue_reconcile, lease_for
 from .states import ActionState as S
 from .states import AttemptOutcome, FailureReason, Resolution, Verdict
+from .wakeup import wake_workers, wakeup_taken
 
 logger = logging.getLogger(__name__)
 
@@ -44,9 +55,28 @@ class CallResult:
     detail: str = ""
 
 
-def _client(timeout: float) -> httpx.Client:
+_http: httpx.Client | None = None
+_http_pid: int | None = None
+
+
+def _client() -> httpx.Client:
     # trust_env=False: no proxy from the environment may sit between us and the tool.
-    return httpx.Client(timeout=httpx.Timeout(timeout), trust_env=False, follow_redirects=False)
+    # No keep-alive: every attempt opens a fresh connection, so that ConnectError still
+    # proves "never sent" (a pooled connection the server closed could fail mid-write).
+    # Everything else (TLS context, certificate store) is built once, here.
+    return httpx.Client(
+        trust_env=False,
+        follow_redirects=False,
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=0),
+    )
+
+
+def http_client() -> httpx.Client:
+    """One client per process (building one costs 10-50 ms of CPU for its TLS context)."""
+    global _http, _http_pid
+    if _http is None or _http_pid != os.getpid():
+        _http, _http_pid = _client(), os.getpid()
+    return _http
 
 
 def call_tool(action: Action) -> CallResult:
@@ -63,8 +93,7 @@ def call_tool(action: Action) -> CallResult:
     headers = {"Idempotency-Key": action.idempotency_key, "X-Takeover-Action": str(action.pk)}
     url = tool.base_url.rstrip("/") + "/effects"
     try:
-        with _client(tool.timeout_seconds) as client:
-            response = client.post(url, json=body, headers=headers)
+        response = http_client().post(url, json=body, headers=headers, timeout=tool.timeout_seconds)
     except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
         return CallResult(AttemptOutcome.NOT_SENT, detail=f"not sent: {type(exc).__name__}: {exc}")
     except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
@@ -103,8 +132,7 @@ def read_authoritative(action: Action) -> Read:
         if attempt:
             time.sleep(settings.RECONCILE_READ_INTERVAL_SECONDS)
         try:
-            with _client(tool.timeout_seconds) as client:
-                response = client.get(url)
+            response = http_client().get(url, timeout=tool.timeout_seconds)
         except httpx.HTTPError as exc:
             detail = f"{type(exc).__name__}: {exc}"[:300]
             continue
@@ -141,46 +169,107 @@ def judge(action: Action, read: Read) -> tuple[str, list[dict]]:
     return Verdict.MOVED_ON, []
 
 
-# --- dispatch ---------------------------------------------------------------------------
+# --- claiming (the database is the queue) --------------------------------------------------
+
+# The oldest due rows of every tenant, interleaved: each tenant's first row, then each
+# tenant's second, ... so that one tenant's burst of 10,000 cannot starve another's single
+# action. Each LATERAL probe reads the partial index of exactly this predicate
+# (`action_queued` / `action_reconcile_due`); SKIP LOCKED lets any number of workers claim at
+# once, none waiting and none taking a row twice. Quirk: every tenant is probed, which is
+# cheap for hundreds of tenants; at many thousands, keep a table of tenants with work.
+FAIR_CLAIM = """
+SELECT picked.id FROM core_tenant t
+CROSS JOIN LATERAL (
+    SELECT a.id, a.{order} AS due FROM runs_action a
+    WHERE a.tenant_id = t.id AND a.state = %(state)s {due}
+    ORDER BY a.{order}
+    LIMIT %(limit)s
+    FOR UPDATE OF a SKIP LOCKED
+) picked
+ORDER BY row_number() OVER (PARTITION BY t.id ORDER BY picked.due), picked.due
+LIMIT %(limit)s
+"""
+CLAIM_BY_ID = """
+SELECT a.id FROM runs_action a
+WHERE a.id = ANY(%(only)s) AND a.state = %(state)s {due}
+FOR UPDATE SKIP LOCKED
+"""
 
 
-def _open_attempt(action: Action, number: int) -> Attempt:
-    return Attempt.objects.create(action=action, number=number, started_at=timezone.now())
+def _lock_due(state: str, limit: int, only=None, now=None) -> list:
+    """Lock up to `limit` due rows in `state` (inside the caller's transaction)."""
+    due, order = "", "created_at"
+    if state == S.UNKNOWN:
+        due, order = "AND a.next_reconcile_at <= %(now)s", "next_reconcile_at"
+    params = {"state": state, "limit": limit, "now": now}
+    if only is not None:
+        sql = CLAIM_BY_ID.format(due=due)
+        params["only"] = [uuid.UUID(str(i)) for i in only]
+    else:
+        sql = FAIR_CLAIM.format(order=order, due=due)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [row[0] for row in cursor.fetchall()]
+
+
+def claim_batch(limit: int, *, only=None, actor: Actor = DISPATCHER) -> list[tuple]:
+    """queued → dispatching for up to `limit` actions, in ONE transaction: their approvals
+    consumed, leases set, first attempts opened, audited. Committed before any byte goes out
+    (invariant 1). An action whose approval is no longer valid is blocked instead, never
+    dispatched. Returns [(action, attempt)], oldest first.
+    """
+    with transaction.atomic():
+        ids = _lock_due(S.QUEUED, limit, only)
+        if not ids:
+            return []
+        actions = sorted(
+            Action.objects.select_related("tool", "principal", "tenant").filter(pk__in=ids),
+            key=lambda a: (a.created_at, str(a.pk)),
+        )
+        ready, blocked = [], defaultdict(list)
+        for action in actions:
+            if action.approval_id is not None:
+                reason = approvals.approval_consume(
+                    action.approval_id,
+                    action_id=action.pk,
+                    actor=actor,
+                    principal=action.principal,
+                    tool=action.tool,
+                    target=action.target,
+                    desired_state=action.desired_state,
+                    expected_version=action.expected_version,
+                )
+                if reason is not None:
+                    blocked[reason].append(action)
+                    continue
+            ready.append(action)
+        for reason, group in blocked.items():
+            actions_move_batch(group, S.BLOCKED, actor=actor, block_reason=reason)
+        now = timezone.now()
+        by_lease = defaultdict(list)
+        for action in ready:
+            by_lease[lease_for(action.tool)].append(action)
+        moved = []
+        for lease, group in by_lease.items():
+            moved += actions_move_batch(
+                group, S.DISPATCHING, actor=actor, lease_expires_at=now + lease
+            )
+        # Rows are locked by us, so every ready action moved; sorted back to oldest first.
+        moved.sort(key=lambda a: (a.created_at, str(a.pk)))
+        attempts = Attempt.objects.bulk_create(
+            [Attempt(action=a, number=1, started_at=now) for a in moved]
+        )
+    return list(zip(moved, attempts, strict=True))
 
 
 def action_claim(action_id, *, actor: Actor = DISPATCHER) -> tuple[Action, Attempt] | None:
-    """queued → dispatching (approval consumed, lease set, first attempt opened), or
-    queued → blocked when its approval is no longer valid. None if someone else has it."""
-    with transaction.atomic():
-        action = (
-            Action.objects.select_related("tool", "principal", "tenant")
-            .filter(pk=action_id, state=S.QUEUED)
-            .first()
-        )
-        if action is None:
-            return None
-        if action.approval_id is not None:
-            reason = approvals.approval_consume(
-                action.approval_id,
-                action_id=action.pk,
-                actor=actor,
-                principal=action.principal,
-                tool=action.tool,
-                target=action.target,
-                desired_state=action.desired_state,
-                expected_version=action.expected_version,
-            )
-            if reason is not None:
-                # Only mark it blocked if we are the one who moved it; either way no dispatch.
-                action_move(action, S.BLOCKED, actor=actor, block_reason=reason)
-                return None
-        lease = timezone.now() + lease_for(action.tool)
-        if not action_move(action, S.DISPATCHING, actor=actor, lease_expires_at=lease):
-            # Another worker claimed it first; roll back our approval consumption with us.
-            transaction.set_rollback(True)
-            return None
-        attempt = _open_attempt(action, 1)
-    return action, attempt
+    """Claim one queued action by id (an operator tool, and the tests); None if it is not
+    queued or another worker holds it."""
+    claimed = claim_batch(1, only=[action_id], actor=actor)
+    return claimed[0] if claimed else None
+
+
+# --- dispatch ---------------------------------------------------------------------------
 
 
 def _close_attempt(attempt: Attempt, result: CallResult) -> bool:
@@ -207,7 +296,7 @@ def _retry_attempt(action: Action, number: int) -> Attempt | None:
         current = Action.objects.select_for_update(no_key=True).get(pk=action.pk)
         if current.state != S.DISPATCHING:
             return None
-        return _open_attempt(action, number)
+        return Attempt.objects.create(action=action, number=number, started_at=timezone.now())
 
 
 SETTLE = {
@@ -219,24 +308,29 @@ SETTLE = {
 }
 
 
-def _settle(action: Action, result: CallResult, *, actor: Actor) -> None:
+def _settle(action: Action, attempt: Attempt, result: CallResult, *, actor: Actor) -> None:
+    """Close the attempt and settle the action in ONE transaction (the third and last write
+    of a happy-path effect: propose, claim, settle)."""
     target, fields = SETTLE[result.outcome]
+    why = (
+        f"the tool answered HTTP {result.http_status}"
+        if result.outcome == AttemptOutcome.APPLIED
+        else result.detail[:500]
+    )
     with transaction.atomic():
-        action = Action.objects.select_for_update(no_key=True).get(pk=action.pk)
-        if action.state == S.DISPATCHING:
-            extra = {"lease_expires_at": None}
+        _close_attempt(attempt, result)
+        extra = {"lease_expires_at": None}
+        if target == S.UNKNOWN:
+            extra["next_reconcile_at"] = timezone.now()
+        action.state = S.DISPATCHING
+        if action_move(action, target, actor=actor, reason=why, **fields, **extra):
             if target == S.UNKNOWN:
-                extra["next_reconcile_at"] = timezone.now()
-            why = (
-                f"the tool answered HTTP {result.http_status}"
-                if result.outcome == AttemptOutcome.APPLIED
-                else result.detail[:500]
-            )
-            action_move(action, target, actor=actor, reason=why, **fields, **extra)
-            if target == S.UNKNOWN:
-                enqueue_reconcile(action.pk)
-        elif action.state == S.UNKNOWN and target in {S.SUCCEEDED, S.FAILED}:
+                enqueue_reconcile()
+            return
+        current = Action.objects.filter(pk=action.pk).values_list("state", flat=True).first()
+        if current == S.UNKNOWN and target in {S.SUCCEEDED, S.FAILED}:
             # The sweeper wrote the worker off, but the tool did answer, definitively.
+            action.state = S.UNKNOWN
             action_move(
                 action,
                 target,
@@ -247,26 +341,42 @@ def _settle(action: Action, result: CallResult, *, actor: Actor) -> None:
             )
 
 
+def dispatch_claimed(action: Action, attempt: Attempt, *, actor: Actor = DISPATCHER) -> None:
+    """Call the tool for a claimed action and settle it; at most once past the boundary."""
+    token = request_id_var.set(action.request_id or "")
+    try:
+        not_sent = 0
+        while True:
+            result = call_tool(action)
+            if result.outcome != AttemptOutcome.NOT_SENT or not_sent >= settings.SAFE_RETRY_LIMIT:
+                break
+            # The one safe retry (invariant 3): provably never left, so sending again is safe.
+            _close_attempt(attempt, result)
+            not_sent += 1
+            time.sleep(settings.SAFE_RETRY_DELAY_SECONDS)
+            attempt = _retry_attempt(action, attempt.number + 1)
+            if attempt is None:
+                return
+        _settle(action, attempt, result, actor=actor)
+        logger.info(
+            "action %s (%s → %s): %s%s",
+            action.pk,
+            action.tool.name,
+            action.target,
+            result.outcome,
+            f" HTTP {result.http_status}" if result.http_status else "",
+        )
+    finally:
+        request_id_var.reset(token)
+
+
 def action_dispatch(action_id, *, actor: Actor = DISPATCHER) -> Action | None:
-    """Claim and dispatch one queued action; at most once past the boundary."""
+    """Claim and dispatch one queued action, in this thread (operator tools and tests)."""
     claimed = action_claim(action_id, actor=actor)
     if claimed is None:
         return None
-    action, attempt = claimed
-    not_sent = 0
-    while True:
-        result = call_tool(action)
-        _close_attempt(attempt, result)
-        if result.outcome != AttemptOutcome.NOT_SENT or not_sent >= settings.SAFE_RETRY_LIMIT:
-            break
-        # The one safe retry (invariant 3): provably never left, so sending again is safe.
-        not_sent += 1
-        time.sleep(settings.SAFE_RETRY_DELAY_SECONDS)
-        attempt = _retry_attempt(action, attempt.number + 1)
-        if attempt is None:
-            return Action.objects.get(pk=action.pk)
-    _settle(action, result, actor=actor)
-    return Action.objects.get(pk=action.pk)
+    dispatch_claimed(*claimed, actor=actor)
+    return Action.objects.get(pk=action_id)
 
 
 # --- reconciliation -----------------------------------------------------------------------
@@ -281,27 +391,53 @@ def _backoff(failures: int) -> timedelta:
     )
 
 
-def action_reconcile(action_id, *, actor: Actor = RECONCILER, manual: bool = False) -> Action:
-    """Read the authoritative state and judge an unknown action by it (SPEC §3.5).
-
-    Automatic runs lease the action first (`next_reconcile_at` pushed ahead by a
-    conditional UPDATE), so a sweep and a direct enqueue do not both read. An operator's
-    re-check (`manual`) always reads, and may also re-read a needs_human action, which
-    records what it saw but leaves the decision to the person.
-    """
+def claim_reconcile_batch(limit: int, *, only=None) -> list:
+    """Lease up to `limit` due unknowns for reading: `next_reconcile_at` is pushed past the
+    longest the reads can take, in the claim's own transaction, so no second worker reads
+    the same action meanwhile (invariant 6). Returns their ids."""
     now = timezone.now()
-    if not manual:
-        timeout = (
-            Action.objects.filter(pk=action_id).values_list("tool__timeout_seconds", flat=True)
-        ).first() or 0
-        # Long enough for every read to time out, so no second reconciler starts meanwhile.
-        lease = RECONCILE_LEASE + timedelta(seconds=timeout * settings.RECONCILE_READ_ATTEMPTS)
-        taken = Action.objects.filter(
-            pk=action_id, state=S.UNKNOWN, next_reconcile_at__lte=now
-        ).update(next_reconcile_at=now + lease)
-        if taken != 1:
-            return Action.objects.get(pk=action_id)
+    with transaction.atomic():
+        ids = _lock_due(S.UNKNOWN, limit, only, now=now)
+        if not ids:
+            return []
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE runs_action a SET next_reconcile_at = %s + make_interval("
+                "secs => %s + t.timeout_seconds * %s) FROM core_tool t "
+                "WHERE a.id = ANY(%s) AND t.id = a.tool_id",
+                [
+                    now,
+                    RECONCILE_LEASE.total_seconds(),
+                    settings.RECONCILE_READ_ATTEMPTS,
+                    ids,
+                ],
+            )
+    return ids
+
+
+def action_reconcile(action_id, *, actor: Actor = RECONCILER, manual: bool = False) -> Action:
+    """Read the authoritative state and judge an unknown action by it (invariant 5).
+
+    Automatic runs lease the action first (`claim_reconcile_batch`), so two workers never
+    read it at once. An operator's re-check (`manual`) always reads, and may also re-read
+    a needs_human action, which records what it saw but leaves the decision to the person.
+    """
+    if not manual and not claim_reconcile_batch(1, only=[action_id]):
+        return Action.objects.get(pk=action_id)
+    return reconcile_claimed(action_id, actor=actor)
+
+
+def reconcile_claimed(action_id, *, actor: Actor = RECONCILER) -> Action:
     action = Action.objects.select_related("tool", "tenant", "principal").get(pk=action_id)
+    token = request_id_var.set(action.request_id or "")
+    try:
+        return _reconcile(action, actor=actor)
+    finally:
+        request_id_var.reset(token)
+
+
+def _reconcile(action: Action, *, actor: Actor) -> Action:
+    action_id = action.pk
     read = read_authoritative(action)
     verdict, diff = judge(action, read)
     with transaction.atomic():
@@ -380,6 +516,7 @@ def expire_leases(*, actor: Actor = SWEEPER, limit: int = 500) -> list:
             )
             if action is None:
                 continue
+            request_id_var.set(action.request_id or "")
             Attempt.objects.filter(action=action, finished_at__isnull=True).update(
                 finished_at=now,
                 outcome=AttemptOutcome.UNKNOWN,
@@ -394,38 +531,100 @@ def expire_leases(*, actor: Actor = SWEEPER, limit: int = 500) -> list:
                 lease_expires_at=None,
                 next_reconcile_at=now,
             )
-            enqueue_reconcile(action.pk)
             moved.append(action.pk)
     return moved
 
 
-def requeue_lost(*, limit: int = 500) -> list:
-    """queued and not claimed for a while (message lost) → enqueued again. Claiming is a
-    conditional UPDATE, so a duplicate message dispatches nothing twice."""
-    from .tasks import dispatch_action
-
-    now = timezone.now()
-    cutoff = now - timedelta(seconds=settings.QUEUED_REENQUEUE_AFTER_SECONDS)
-    ids = list(
-        Action.objects.filter(state=S.QUEUED, enqueued_at__lt=cutoff).values_list("pk", flat=True)[
-            :limit
-        ]
-    )
-    if ids:
-        Action.objects.filter(pk__in=ids, state=S.QUEUED).update(enqueued_at=now)
-        for action_id in ids:
-            dispatch_action.delay(str(action_id))
-    return ids
+# --- the drain: how a woken worker works ------------------------------------------------------
 
 
-def reconcile_due(*, limit: int = 500) -> list:
-    from .tasks import reconcile_action
+class DispatchPool:
+    """Per worker process: `DISPATCH_CONCURRENCY` threads for tool calls and reads, and as
+    many permits. A drainer claims only as many rows as it holds permits, so a claimed
+    action's call starts at once: its lease never runs down while it waits in a queue."""
 
-    ids = list(
-        Action.objects.filter(state=S.UNKNOWN, next_reconcile_at__lte=timezone.now()).values_list(
-            "pk", flat=True
-        )[:limit]
-    )
-    for action_id in ids:
-        reconcile_action.delay(str(action_id))
-    return ids
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.permits = threading.Semaphore(size)
+        self.executor = ThreadPoolExecutor(size, thread_name_prefix="dispatch")
+
+    def acquire(self, want: int, timeout: float) -> int:
+        if not self.permits.acquire(timeout=timeout):
+            return 0
+        held = 1
+        while held < want and self.permits.acquire(blocking=False):
+            held += 1
+        return held
+
+    def release(self, count: int) -> None:
+        for _ in range(count):
+            self.permits.release()
+
+    def submit(self, fn, *args) -> None:
+        self.executor.submit(self._run, fn, *args)
+
+    def _run(self, fn, *args) -> None:
+        try:
+            fn(*args)
+        except Exception:
+            # A dispatch cut short (database gone, say) leaves its action `dispatching`
+            # under a lease; the sweeper moves it to unknown and it is reconciled. Never
+            # retried here: we cannot know whether the request left.
+            logger.exception("dispatch job %s failed", getattr(fn, "__name__", fn))
+            if connection.connection is not None:
+                connection.close()  # a broken connection must not poison the next job
+        finally:
+            self.permits.release()
+
+    def shutdown(self) -> None:
+        self.executor.shutdown(wait=True)
+
+
+_pool: DispatchPool | None = None
+_pool_lock = threading.Lock()
+
+
+def dispatch_pool() -> DispatchPool:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = DispatchPool(settings.DISPATCH_CONCURRENCY)
+        return _pool
+
+
+def drain(*, max_seconds: float | None = None) -> int:
+    """Claim and work due rows until none are left (or time is up); returns how many.
+
+    Dispatches and reconciliation reads run on the process's pool; this loop only claims.
+    When a claim comes back full there may be more work than this process can take, so one
+    more wake-up goes out (deduplicated) for a peer. Out of time with work left, it hands
+    over to a fresh wake-up rather than holding a worker slot for ever.
+    """
+    wakeup_taken()
+    pool = dispatch_pool()
+    batch = settings.CLAIM_BATCH_SIZE
+    deadline = time.monotonic() + (max_seconds or settings.DRAIN_MAX_SECONDS)
+    worked = 0
+    while time.monotonic() < deadline:
+        held = pool.acquire(batch, timeout=1.0)
+        if not held:
+            continue
+        try:
+            claimed = claim_batch(held)
+            due = claim_reconcile_batch(held - len(claimed)) if len(claimed) < held else []
+        except BaseException:
+            pool.release(held)
+            raise
+        pool.release(held - len(claimed) - len(due))
+        for action, attempt in claimed:
+            pool.submit(dispatch_claimed, action, attempt)
+        for action_id in due:
+            pool.submit(reconcile_claimed, action_id)
+        got = len(claimed) + len(due)
+        worked += got
+        if not got:
+            return worked
+        if got == batch:
+            wake_workers()
+    wake_workers(force=True)
+    return worked

@@ -169,11 +169,22 @@ class Action(models.Model):
                 condition=Q(state__in=OPEN_FOR_HUMANS, acknowledged_at__isnull=True),
                 name="action_open_queue",
             ),
-            # The outbox: what the sweeper must look at.
+            # The queue (docs: the database is the queue): each index is exactly one claim's
+            # predicate, so a claim reads a few index entries at any table size.
             models.Index(
-                fields=["state", "enqueued_at"],
-                condition=Q(state__in=["queued", "dispatching", "unknown"]),
-                name="action_outbox",
+                fields=["tenant", "created_at"],
+                condition=Q(state="queued"),
+                name="action_queued",
+            ),
+            models.Index(
+                fields=["tenant", "next_reconcile_at"],
+                condition=Q(state="unknown"),
+                name="action_reconcile_due",
+            ),
+            models.Index(
+                fields=["lease_expires_at"],
+                condition=Q(state="dispatching"),
+                name="action_leased",
             ),
             models.Index(fields=["run", "created_at"], name="action_by_run"),
             # Search by target. (No (tenant, created_at) index for "All actions": the planner
@@ -283,3 +294,14 @@ class Replay(models.Model):
                 condition=Q(forced=False) | ~Q(reason=""), name="forced_replay_has_reason"
             )
         ]
+
+
+class Wakeup(models.Model):
+    """One row: when the pending wake-up message was sent, or null if none is pending.
+    See `runs.wakeup`."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    pending_since = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.CheckConstraint(condition=Q(id=1), name="wakeup_single_row")]

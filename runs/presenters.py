@@ -34,12 +34,39 @@ def reconciliation_dict(r) -> dict:
 
 def action_dict(action, *, replayed=False, content_changed=False) -> dict:
     """Expects tenant, principal, tool selected and attempts/reconciliations prefetched."""
+    return action_resource(
+        action,
+        tenant=action.tenant.slug,
+        principal=action.principal.name,
+        tool=action.tool.name,
+        claimed_by=action.claimed_by.get_username() if action.claimed_by_id else None,
+        attempts=[attempt_dict(a) for a in action.attempts.all()],
+        reconciliations=[reconciliation_dict(r) for r in action.reconciliations.all()],
+        replayed=replayed,
+        content_changed=content_changed,
+    )
+
+
+def action_resource(
+    action,
+    *,
+    tenant: str,
+    principal: str,
+    tool: str,
+    claimed_by: str | None,
+    attempts: list[dict],
+    reconciliations: list[dict],
+    replayed: bool = False,
+    content_changed: bool = False,
+) -> dict:
+    """The Action resource; names and timelines come ready from the caller (the ORM path
+    above, or the one-statement reads of `runs.selectors`)."""
     return {
         "id": str(action.pk),
         "run": str(action.run_id),
-        "tenant": action.tenant.slug,
-        "principal": action.principal.name,
-        "tool": action.tool.name,
+        "tenant": tenant,
+        "principal": principal,
+        "tool": tool,
         "target": action.target,
         "desired_state": action.desired_state,
         "expected_version": action.expected_version,
@@ -55,9 +82,9 @@ def action_dict(action, *, replayed=False, content_changed=False) -> dict:
         else None,
         "replayed": replayed,
         "content_changed": content_changed,
-        "attempts": [attempt_dict(a) for a in action.attempts.all()],
-        "reconciliations": [reconciliation_dict(r) for r in action.reconciliations.all()],
-        "claimed_by": action.claimed_by.get_username() if action.claimed_by_id else None,
+        "attempts": attempts,
+        "reconciliations": reconciliations,
+        "claimed_by": claimed_by,
         "reason": action.reason or None,
         "resolved_on_read": action.resolved_on_read_id,
         "acknowledged_at": _iso(action.acknowledged_at),

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from approvals import services as approvals
 from approvals.models import Approval, ApprovalRequest, RequestState
-from core.audit import Actor, audit, request_id_var
+from core.audit import Actor, audit, audit_many, request_id_var
 from core.canonical import canonical_json, fingerprint
 from core.errors import (
     IdempotencyConflict,
@@ -26,11 +26,19 @@ from core.errors import (
     StateConflict,
 )
 from ledger.models import LedgerStatus
-from ledger.services import ledger_live_entry, ledger_reserve, ledger_set_status
+from ledger.services import (
+    ledger_live_entry,
+    ledger_reserve,
+    ledger_reserve_audit,
+    ledger_set_status,
+    ledger_set_status_many,
+)
 
 from .models import Action, ForceReplayRequest, ForceRequestState, Replay, Run
+from .notify import notify_settled
+from .states import IN_PROGRESS, BlockReason, Resolution, RunStatus, check_move
 from .states import ActionState as S
-from .states import BlockReason, Resolution, RunStatus, check_move
+from .wakeup import wake_workers
 
 LEDGER_STATUS_FOR = {
     S.AWAITING_APPROVAL: LedgerStatus.RESERVED,
@@ -44,29 +52,26 @@ LEDGER_STATUS_FOR = {
 }
 
 
-def enqueue_dispatch(action_id) -> None:
+def enqueue_dispatch(action_id=None) -> None:
     """Wake a worker once the surrounding transaction commits (never inside it).
 
-    `robust`: if the broker is down, the error is logged and the request still succeeds.
-    The committed `queued` row is the real instruction; the sweeper re-sends it.
+    The committed `queued` row is the unit of work; the message only says "there is work"
+    and is deduplicated (`runs.wakeup`), so a burst of 10,000 proposals sends a handful of
+    messages, not 10,000. `robust`: with the broker down the request still succeeds and the
+    error is logged; the next sweep drains the row.
     """
-    from .tasks import dispatch_action
-
-    transaction.on_commit(lambda: dispatch_action.delay(str(action_id)), robust=True)
+    transaction.on_commit(wake_workers, robust=True)
 
 
-def enqueue_reconcile(action_id) -> None:
-    from .tasks import reconcile_action
-
-    # A lost message only delays this: the sweeper reconciles every unknown that is due.
-    transaction.on_commit(lambda: reconcile_action.delay(str(action_id)), robust=True)
+enqueue_reconcile = enqueue_dispatch  # the same drain claims due reconciliations
 
 
 def action_move(action: Action, to: str, *, actor: Actor, reason: str = "", **fields) -> bool:
     """Move `action` from the state it was read in to `to`, if nobody moved it first.
 
     A conditional UPDATE checked by row count: the loser of a race gets False and changes
-    nothing. Writes the audit event and mirrors the ledger in the same transaction.
+    nothing. Writes the audit event and mirrors the ledger in the same transaction, and
+    tells `?wait` listeners when the action leaves the in-progress states.
     """
     source = action.state
     check_move(source, to)
@@ -80,20 +85,73 @@ def action_move(action: Action, to: str, *, actor: Actor, reason: str = "", **fi
     action.updated_at = now
     for name, value in fields.items():
         setattr(action, name, value)
-    after = {"state": to}
-    for name in ("block_reason", "failure_reason", "resolution", "resolved_on_read_id"):
-        if fields.get(name):
-            after[name.removesuffix("_id")] = fields[name]
     audit(
         actor=actor,
         verb=f"action.{to}",
         obj=action,
         before={"state": source},
-        after=after,
+        after=_after(to, fields),
         reason=reason,
     )
     ledger_set_status(action.ledger_entry_id, LEDGER_STATUS_FOR[to])
+    if to not in IN_PROGRESS:
+        notify_settled([action.pk])
     return True
+
+
+def _after(to: str, fields: dict) -> dict:
+    after = {"state": to}
+    for name in ("block_reason", "failure_reason", "resolution", "resolved_on_read_id"):
+        if fields.get(name):
+            after[name.removesuffix("_id")] = fields[name]
+    return after
+
+
+def actions_move_batch(
+    actions: list[Action], to: str, *, actor: Actor, reason: str = "", **fields
+) -> list[Action]:
+    """`action_move` for many actions in one UPDATE, one audit INSERT and one ledger UPDATE
+    (the batch claim). Every action must have been read in the same state; returns the
+    ones actually moved (the others were moved by someone else first). Each audit event
+    carries the id of the request that proposed its action: the claim acts for it."""
+    if not actions:
+        return []
+    source = actions[0].state
+    assert all(a.state == source for a in actions), "one source state per batch"
+    check_move(source, to)
+    now = timezone.now()
+    ids = [a.pk for a in actions]
+    updated = Action.objects.filter(pk__in=ids, state=source).update(
+        state=to, updated_at=now, **fields
+    )
+    moved_ids = set(ids)
+    if updated != len(ids):  # someone moved some first; ours carry our timestamp
+        moved_ids = set(
+            Action.objects.filter(pk__in=ids, state=to, updated_at=now).values_list("pk", flat=True)
+        )
+    moved = [a for a in actions if a.pk in moved_ids]
+    for action in moved:
+        action.state, action.updated_at = to, now
+        for name, value in fields.items():
+            setattr(action, name, value)
+    audit_many(
+        [
+            {
+                "actor": actor,
+                "verb": f"action.{to}",
+                "obj": a,
+                "before": {"state": source},
+                "after": _after(to, fields),
+                "reason": reason,
+                "request_id": a.request_id or None,
+            }
+            for a in moved
+        ]
+    )
+    ledger_set_status_many([a.ledger_entry_id for a in moved], LEDGER_STATUS_FOR[to])
+    if to not in IN_PROGRESS:
+        notify_settled([a.pk for a in moved])
+    return moved
 
 
 # --- runs -----------------------------------------------------------------------------
@@ -245,6 +303,7 @@ def action_propose(
     approval_id=None,
     reason: str = "",
     actor: Actor,
+    known=None,
 ) -> tuple[Action, bool, bool]:
     """Record a proposed side effect under its idempotency key.
 
@@ -253,8 +312,12 @@ def action_propose(
 
     Returns (action, created, content_changed). A ledger hit with the same intent returns
     the existing action and dispatches nothing; a different intent raises
-    IdempotencyConflict and creates nothing.
+    IdempotencyConflict and creates nothing. `known` is what `selectors.propose_lookup`
+    already read for this key (the API passes it, so that a hit costs one read); without
+    it the live entry is read here.
     """
+    if run.status != RunStatus.RUNNING:
+        raise RunNotRunning(f"This run is {run.status}; only a running run may propose.")
     principal = run.principal
     tenant = run.tenant
     intent = {
@@ -265,46 +328,50 @@ def action_propose(
         "expected_version": expected_version,
     }
     intent_fp = intent_fingerprint(**intent)
+    if known is not None and known.action is not None:
+        return _ledger_hit(known.fingerprint, known.action, intent_fp, desired_state)
+    if known is None and (entry := ledger_live_entry(tenant, idempotency_key)) is not None:
+        return _ledger_hit(entry.fingerprint, _action_of(entry), intent_fp, desired_state)
+    action_id = uuid.uuid4()
     with transaction.atomic():
-        run = Run.objects.get(pk=run.pk)
-        if run.status != RunStatus.RUNNING:
-            raise RunNotRunning(f"This run is {run.status}; only a running run may propose.")
-        entry = ledger_live_entry(tenant, idempotency_key)
-        action_id = uuid.uuid4()
+        entry = ledger_reserve(
+            tenant=tenant,
+            key=idempotency_key,
+            fingerprint=intent_fp,
+            tool=tool.name,
+            action_id=action_id,
+            actor=actor,
+            audit_later=True,
+        )
         if entry is None:
-            entry = ledger_reserve(
-                tenant=tenant,
-                key=idempotency_key,
-                fingerprint=intent_fp,
-                tool=tool.name,
-                action_id=action_id,
-                actor=actor,
-            )
-            if entry is None:  # lost the race for a new key: the winner's entry is live now
-                entry = ledger_live_entry(tenant, idempotency_key)
-            else:
-                return (
-                    _create_action(
-                        action_id,
-                        run=run,
-                        entry=entry,
-                        approval_id=approval_id,
-                        reason=reason,
-                        actor=actor,
-                        **intent,
-                    ),
-                    True,
-                    False,
-                )
-        if entry.fingerprint != intent_fp:
-            raise IdempotencyConflict(
-                "This Idempotency-Key was already used for a different intent "
-                "(principal, tool, target, identity fields or expected_version differ). "
-                "Nothing was created or dispatched."
-            )
-        existing = Action.objects.select_related("tool", "principal").get(pk=entry.action_id)
-        changed = canonical_json(existing.desired_state) != canonical_json(desired_state)
-        return existing, False, changed
+            # Lost the race for a new key: the winner's entry is committed and live now.
+            winner = ledger_live_entry(tenant, idempotency_key)
+            return _ledger_hit(winner.fingerprint, _action_of(winner), intent_fp, desired_state)
+        action = _create_action(
+            action_id,
+            run=run,
+            entry=entry,
+            approval_id=approval_id,
+            reason=reason,
+            actor=actor,
+            **intent,
+        )
+    return action, True, False
+
+
+def _action_of(entry) -> Action:
+    return Action.objects.select_related("tool", "principal").get(pk=entry.action_id)
+
+
+def _ledger_hit(fingerprint, existing: Action, intent_fp: str, desired_state: dict):
+    if fingerprint != intent_fp:
+        raise IdempotencyConflict(
+            "This Idempotency-Key was already used for a different intent "
+            "(principal, tool, target, identity fields or expected_version differ). "
+            "Nothing was created or dispatched."
+        )
+    changed = canonical_json(existing.desired_state) != canonical_json(desired_state)
+    return existing, False, changed
 
 
 def _create_action(
@@ -319,7 +386,7 @@ def _create_action(
     expected_version,
     approval_id,
     reason="",
-    actor,
+    actor: Actor,
 ) -> Action:
     binding = {
         "principal": principal,
@@ -357,22 +424,28 @@ def _create_action(
         )
         action.approval_request = request
         action.save(update_fields=["approval_request"])
-    audit(
-        actor=actor,
-        verb="action.propose",
-        obj=action,
-        reason=reason,
-        after={
-            "state": state,
-            "block_reason": block_reason or None,
-            "idempotency_key": entry.key,
-            "approval_id": str(approval_id) if approval_id else None,
-        },
+    # The ledger's reservation and the proposal, audited in one INSERT.
+    audit_many(
+        [
+            ledger_reserve_audit(entry, actor=actor),
+            {
+                "actor": actor,
+                "verb": "action.propose",
+                "obj": action,
+                "reason": reason,
+                "after": {
+                    "state": state,
+                    "block_reason": block_reason or None,
+                    "idempotency_key": entry.key,
+                    "approval_id": str(approval_id) if approval_id else None,
+                },
+            },
+        ]
     )
     if state == S.BLOCKED:
         ledger_set_status(entry.pk, LedgerStatus.VOID)
     if state == S.QUEUED:
-        enqueue_dispatch(action.id)
+        enqueue_dispatch()
     return action
 
 

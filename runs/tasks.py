@@ -1,44 +1,60 @@
-"""Celery tasks: thin. Load by id, call a service. The database is the outbox; a lost or
-duplicated message costs at most a sweep interval, never a second dispatch."""
+"""Celery tasks: thin. A message is only a wake-up; the work is in the database.
+
+`runs.drain` claims and works due rows until none are left (`runs.dispatch.drain`).
+`runs.sweep` (beat, every SWEEP_INTERVAL_SECONDS) moves expired leases on, expires approval
+requests, reaps stale runs, and then drains too, whatever the wake-up flag says: that is what
+bounds the cost of a lost wake-up or a killed worker to one sweep interval.
+"""
 
 import logging
 
 from celery import shared_task
+from celery.signals import worker_ready, worker_shutting_down
 
 from core.audit import SWEEPER, request_id_var
 
 from . import dispatch, services
+from .wakeup import wake_workers
 
 logger = logging.getLogger(__name__)
 
 
-@shared_task(name="runs.dispatch_action", bind=True)
-def dispatch_action(self, action_id: str):
+@shared_task(name="runs.drain", bind=True)
+def drain(self):
     request_id_var.set(self.request.id or "")
-    dispatch.action_dispatch(action_id)
-
-
-@shared_task(name="runs.reconcile_action", bind=True)
-def reconcile_action(self, action_id: str):
-    request_id_var.set(self.request.id or "")
-    dispatch.action_reconcile(action_id)
+    dispatch.drain()
 
 
 @shared_task(name="runs.sweep", bind=True)
 def sweep(self):
     request_id_var.set(self.request.id or "")
     expired = dispatch.expire_leases()
-    requeued = dispatch.requeue_lost()
-    due = dispatch.reconcile_due()
     requests = services.approval_requests_expire(actor=SWEEPER)
     reaped = services.runs_reap_stale(actor=SWEEPER)
-    if expired or requeued or due or requests or reaped:
+    if expired or requests or reaped:
         logger.info(
-            "sweep: %d leases expired, %d requeued, %d reconciles due, %d requests expired, "
-            "%d stale runs reaped",
+            "sweep: %d leases expired, %d requests expired, %d stale runs reaped",
             len(expired),
-            len(requeued),
-            len(due),
             requests,
             reaped,
         )
+    request_id_var.set(self.request.id or "")
+    dispatch.drain()
+
+
+@worker_ready.connect
+def _drain_on_start(**kwargs):
+    # A worker that (re)starts, like a pod after a crash, looks for work at once rather
+    # than at the next sweep.
+    try:
+        wake_workers(force=True)
+    except Exception:
+        logger.exception("could not send the start-up wake-up; the sweep will drain")
+
+
+@worker_shutting_down.connect
+def _finish_calls(**kwargs):
+    # Let calls in flight finish and settle (each is bounded by its tool's timeout);
+    # a worker killed instead leaves them to the lease path.
+    if dispatch._pool is not None:
+        dispatch._pool.shutdown()

@@ -24,9 +24,10 @@ from core.models import AuditEvent, Principal, Role, Tool
 from core.services import principal_create, tenant_settings_update, tool_create
 from ledger.models import LedgerEntry
 from ledger.services import ledger_revoke
-from runs import dispatch, services
+from runs import dispatch, selectors, services
 from runs import presenters as present
 from runs.models import Action, Attempt, ForceReplayRequest, Reconciliation, Replay, Run
+from runs.notify import WaitRefused, waiters
 from runs.states import IN_PROGRESS, OPEN_FOR_HUMANS
 
 from . import serializers as s
@@ -333,16 +334,21 @@ def replays(request):
 def propose(request, pk):
     principal = require_principal(request)
     key = idempotency_key(request)
-    run = get_run_for(request.user, pk)
     fields = valid(s.ActionProposeIn, body_object(request))
-    tool = Tool.objects.filter(tenant=principal.tenant, name=fields["tool"]).first()
-    if tool is None:
+    # One read: the run, the tool and the key's live entry with its action. A ledger hit is
+    # answered from it without another query and without writing anything.
+    found = selectors.propose_lookup(
+        run_id=pk, principal=principal, tool_name=fields["tool"], key=key
+    )
+    if found.run is None:
+        raise Http404
+    if found.tool is None:
         raise ValidationFailed(
             "Unknown tool.", {"tool": [f"No tool named {fields['tool']!r} in this tenant."]}
         )
     action, created, changed = services.action_propose(
-        run=run,
-        tool=tool,
+        run=found.run,
+        tool=found.tool,
         target=fields["target"],
         desired_state=fields["desired_state"],
         expected_version=fields["expected_version"],
@@ -350,12 +356,62 @@ def propose(request, pk):
         approval_id=fields["approval_id"],
         reason=(fields.get("reason") or "").strip(),
         actor=request.user.actor,
+        known=found,
     )
-    action = ACTION_DETAIL.get(pk=action.pk)
-    return Response(
-        present.action_dict(action, replayed=not created, content_changed=changed),
-        status=201 if created else 200,
-    )
+    if created:
+        resource = present.action_resource(
+            action,
+            tenant=principal.tenant.slug,
+            principal=principal.name,
+            tool=found.tool.name,
+            claimed_by=None,
+            attempts=[],
+            reconciliations=[],
+        )
+    elif found.action is not None and action.pk == found.action.pk:
+        resource = found.resource
+    else:  # lost a race for a new key: the winner's action, read now
+        resource = selectors.action_view(action.pk)[1]
+    resource["replayed"], resource["content_changed"] = not created, changed
+    return Response(resource, status=201 if created else 200)
+
+
+def wait_for_settle(request, view, seconds: float):
+    """Hold the request until the action leaves the in-progress states or `seconds` pass.
+
+    No poll loop: the request sleeps on an event that the process's LISTEN thread sets when
+    the action's settling transaction commits (`runs.notify`). Over the per-principal or
+    per-process cap it answers at once with the current state."""
+    caller = request.user
+    action, _ = view
+    key = ("principal", caller.principal.pk) if caller.is_principal else ("user", caller.user.pk)
+    try:
+        event = waiters.register(action.pk, key)
+    except WaitRefused:
+        return view
+    try:
+        deadline = time.monotonic() + seconds
+        # Read again now that we listen: a settle between the first read and here is seen.
+        view = action_view_for(caller, action.pk)
+        while view[0].state in IN_PROGRESS:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not event.wait(remaining):
+                break
+            event.clear()
+            view = action_view_for(caller, action.pk)
+    finally:
+        waiters.unregister(action.pk, key, event)
+    return view
+
+
+def action_view_for(caller, pk):
+    if caller.is_principal:
+        view = selectors.action_view(pk, principal_id=caller.principal.pk)
+    else:
+        view = selectors.action_view(pk, tenant_id=caller.tenant.pk)
+    if view is None:
+        raise Http404
+    return view
 
 
 @extend_schema(
@@ -364,7 +420,7 @@ def propose(request, pk):
 )
 @api_view(["GET"])
 def action_detail(request, pk):
-    action = get_action_for(request.user, pk)
+    view = action_view_for(request.user, pk)
     wait = request.query_params.get("wait")
     if wait is not None:
         try:
@@ -375,11 +431,9 @@ def action_detail(request, pk):
             raise ValidationFailed(
                 "Bad wait.", {"wait": ["A number of seconds from 0 to 30."]}
             ) from exc
-        deadline = time.monotonic() + seconds
-        while action.state in IN_PROGRESS and time.monotonic() < deadline:
-            time.sleep(min(0.1, max(deadline - time.monotonic(), 0)))
-            action = get_action_for(request.user, pk)
-    return Response(present.action_dict(action))
+        if seconds and view[0].state in IN_PROGRESS:
+            view = wait_for_settle(request, view, seconds)
+    return Response(view[1])
 
 
 @extend_schema(request=None, responses=OBJ)

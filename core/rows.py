@@ -1,0 +1,27 @@
+"""Model instances from hand-written SQL, for the few reads on the hot paths where the ORM's
+query compilation costs more than the query (profiled: ~0.5 ms of Python per query, against
+~0.1 ms for the round trip on a local server)."""
+
+import json
+
+from django.db import connection
+
+
+def columns(model, alias: str) -> str:
+    """The model's columns, in field order, for a SELECT list."""
+    return ", ".join(f"{alias}.{f.column}" for f in model._meta.concrete_fields)
+
+
+def width(model) -> int:
+    return len(model._meta.concrete_fields)
+
+
+def instance(model, values):
+    """An instance from `columns(model, ...)`'s values. psycopg hands jsonb over as text in
+    Django's set-up (the field decodes it), and `from_db` applies no converters."""
+    fields = model._meta.concrete_fields
+    values = list(values)
+    for i, f in enumerate(fields):
+        if f.get_internal_type() == "JSONField" and isinstance(values[i], str):
+            values[i] = json.loads(values[i])
+    return model.from_db(connection.alias, [f.attname for f in fields], values)

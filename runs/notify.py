@@ -1,0 +1,155 @@
+"""`GET /actions/{id}?wait=N` without a poll loop: PostgreSQL LISTEN/NOTIFY.
+
+Writer side: every move of an action out of the in-progress states (`queued`,
+`dispatching`, `unknown`) calls `notify_settled()` inside the transaction that makes it.
+PostgreSQL delivers a NOTIFY only when that transaction commits, so a waiter never hears
+of a state it cannot yet read, and a rolled-back move says nothing.
+
+Reader side: each web process runs one daemon thread holding one dedicated connection that
+LISTENs on the channel and fans each notification out to the requests waiting on that
+action (a dict of `threading.Event`s). A waiting request therefore costs an idle thread and
+no database work at all, instead of a query every 100 ms.
+
+Caps, so that one principal's waits cannot take the web tier from everyone else: at most
+`WAIT_MAX_PER_PRINCIPAL` concurrent waits per principal and `WAIT_MAX_PER_PROCESS` in all,
+per web process; a wait beyond either cap answers at once with the current state (the
+client asks again; the SDK does). The caps are per process on purpose: no shared counter to
+keep right when a process dies.
+
+Known quirks:
+- A notification sent while the listener is reconnecting is lost; on reconnect every
+  current waiter is woken to re-read, so the cost is one read, never a missed settle.
+- LISTEN needs a session-level connection: behind PgBouncer in transaction mode, point
+  `DATABASE_LISTEN_URL` at PostgreSQL itself (or a session-mode pool).
+"""
+
+import logging
+import os
+import threading
+from collections import defaultdict
+
+from django.conf import settings
+from django.db import connection
+
+logger = logging.getLogger(__name__)
+
+CHANNEL = "takeover_action_settled"
+
+
+def notify_settled(action_ids) -> None:
+    """Tell waiters these actions left the in-progress states (delivered at commit)."""
+    ids = [str(i) for i in action_ids]
+    if not ids:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_notify(%s, id) FROM unnest(%s::text[]) AS id", [CHANNEL, ids])
+
+
+class WaitRefused(Exception):
+    """Over a cap: answer at once with the current state."""
+
+
+class Waiters:
+    """The per-process registry of waiting requests, and the listener that wakes them."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.events: dict[str, set[threading.Event]] = defaultdict(set)
+        self.per_principal: dict[object, int] = defaultdict(int)
+        self.total = 0
+        self.listener: threading.Thread | None = None
+        self.listener_pid: int | None = None
+
+    # --- waiting --------------------------------------------------------------------
+
+    def register(self, action_id, principal_key) -> threading.Event:
+        self._ensure_listener()
+        event = threading.Event()
+        with self.lock:
+            if (
+                self.total >= settings.WAIT_MAX_PER_PROCESS
+                or self.per_principal[principal_key] >= settings.WAIT_MAX_PER_PRINCIPAL
+            ):
+                raise WaitRefused()
+            self.total += 1
+            self.per_principal[principal_key] += 1
+            self.events[str(action_id)].add(event)
+        return event
+
+    def unregister(self, action_id, principal_key, event: threading.Event) -> None:
+        with self.lock:
+            self.total -= 1
+            self.per_principal[principal_key] -= 1
+            if not self.per_principal[principal_key]:
+                del self.per_principal[principal_key]
+            waiting = self.events.get(str(action_id))
+            if waiting is not None:
+                waiting.discard(event)
+                if not waiting:
+                    del self.events[str(action_id)]
+
+    def wake(self, action_id: str) -> None:
+        with self.lock:
+            for event in self.events.get(action_id, ()):
+                event.set()
+
+    def wake_all(self) -> None:
+        with self.lock:
+            for waiting in self.events.values():
+                for event in waiting:
+                    event.set()
+
+    # --- listening ------------------------------------------------------------------
+
+    def _ensure_listener(self) -> None:
+        # gunicorn forks after import: a thread started in the parent does not exist in the
+        # child, so the check is per pid.
+        if self.listener is not None and self.listener_pid == os.getpid():
+            return
+        with self.lock:
+            if self.listener is not None and self.listener_pid == os.getpid():
+                return
+            ready = threading.Event()
+            self.listener = threading.Thread(
+                target=self._listen, args=(ready,), name="takeover-listen", daemon=True
+            )
+            self.listener_pid = os.getpid()
+            self.listener.start()
+        # Do not let the first waiter miss a settle that lands before LISTEN is in place.
+        ready.wait(5)
+
+    def _listen(self, ready: threading.Event) -> None:
+        import time
+
+        import psycopg
+
+        backoff = 0.5
+        while True:
+            try:
+                with psycopg.connect(listen_conninfo(), autocommit=True) as conn:
+                    conn.execute(f"LISTEN {CHANNEL}")
+                    ready.set()
+                    self.wake_all()  # whatever settled while we were away: re-read
+                    backoff = 0.5
+                    while True:
+                        for note in conn.notifies(timeout=30):
+                            self.wake(note.payload)
+            except Exception:
+                logger.warning("wait listener lost its connection; reconnecting", exc_info=True)
+                ready.set()
+                self.wake_all()
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 10)
+
+
+def listen_conninfo() -> str:
+    if url := os.environ.get("DATABASE_LISTEN_URL"):
+        return url
+    from psycopg.conninfo import make_conninfo
+
+    params = connection.get_connection_params()
+    keep = {"dbname", "user", "password", "host", "port", "sslmode", "sslrootcert"}
+    return make_conninfo(**{k: v for k, v in params.items() if k in keep and v})
+
+
+waiters = Waiters()
