@@ -121,18 +121,13 @@ class RunFilterForm(forms.Form):
 
 
 class AuditFilterForm(forms.Form):
-    actor = forms.CharField(
-        required=False,
-        max_length=170,
-        label="Actor",
-        widget=forms.TextInput(attrs={"placeholder": "name or kind:name"}),
-    )
-    verb = forms.CharField(
-        required=False,
-        max_length=64,
-        label="Verb",
-        widget=forms.TextInput(attrs={"placeholder": "action.failed, or action.", "list": "verbs"}),
-    )
+    """Actors and verbs are picked from lists (the tenant's operators and principals, the
+    system's actors; every verb Takeover writes, and each family as a prefix), not typed.
+    A value from a link that is not in the list (an operator since removed) is still
+    accepted when well-formed."""
+
+    actor = forms.ChoiceField(required=False, label="Actor")
+    verb = forms.ChoiceField(required=False, label="Verb")
     object = forms.CharField(
         required=False,
         max_length=64,
@@ -142,15 +137,30 @@ class AuditFilterForm(forms.Form):
     since = forms.DateTimeField(
         required=False,
         label="From (UTC)",
+        error_messages={"invalid": "Give the start as a date and time, e.g. 2026-11-30 09:00."},
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
         input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"],
     )
     until = forms.DateTimeField(
         required=False,
         label="To (UTC)",
+        error_messages={"invalid": "Give the end as a date and time, e.g. 2026-11-30 18:00."},
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
         input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"],
     )
+
+    def __init__(self, data=None, *, actors=(), verbs=()):
+        super().__init__(data)
+        actor_choices = [("", "Anyone")] + [(a, a) for a in actors]
+        verb_choices = [("", "Any verb")] + [
+            (v, f"{v[:-1]} (all of them)" if v.endswith(".") else v) for v in verbs
+        ]
+        data = data or {}
+        for name, choices in (("actor", actor_choices), ("verb", verb_choices)):
+            given = data.get(name, "")
+            if given and len(given) <= 170 and "\x00" not in given and given not in dict(choices):
+                choices.append((given, given))
+            self.fields[name].choices = choices
 
     def filters(self) -> dict:
         """The valid filters; an invalid one is reported by the form and left out."""

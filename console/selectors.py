@@ -801,6 +801,23 @@ def audit_queryset(tenant, *, actor="", verb="", obj="", since=None, until=None)
     return qs
 
 
+SYSTEM_ACTORS = ["system:dispatcher", "system:reconciler", "system:sweeper", "system:takeover"]
+
+
+def audit_actors(tenant) -> list[str]:
+    """Who can appear in this tenant's audit log: its operators, its principals and the
+    system's own actors, as "kind:name" (two small indexed queries, not a scan of the log)."""
+    from core.models import Principal
+
+    operators = Membership.objects.filter(tenant=tenant).values_list("user__username", flat=True)
+    principals = Principal.objects.filter(tenant=tenant).values_list("name", flat=True)
+    return (
+        [f"operator:{name}" for name in sorted(operators)]
+        + [f"principal:{name}" for name in sorted(principals)]
+        + SYSTEM_ACTORS
+    )
+
+
 # Suggestions for the audit filter (a datalist; any verb may be typed). "x." means a prefix.
 AUDIT_VERBS = sorted(
     {
@@ -808,8 +825,70 @@ AUDIT_VERBS = sorted(
         *("action.", "approval.", "approval_request.", "ledger.", "run."),
         *("force_replay", "run.replay", "run.start", "run.claim", "run.success", "run.error"),
         *("run.cancelled", "tool.create", "principal.create", "operator.grant_role"),
+        *("action.acknowledge", "force_replay.", "force_replay.request", "force_replay.confirm"),
+        *("force_replay.reject", "tenant.settings"),
     }
 )
+
+
+@dataclass
+class ConflictView:
+    conflict: object
+    rows: list  # (field, existing, attempted, differs)
+
+
+def conflicts_page(tenant_ids, cursor=None):
+    """Refused proposals (422 idempotency-conflict), newest first, each with both intents
+    side by side: the action holding the key, and what was attempted under it."""
+    from runs.models import IdempotencyConflict
+
+    qs = IdempotencyConflict.objects.filter(tenant_id__in=tenant_ids).select_related(
+        "principal", "tenant", "existing_action__tool"
+    )
+    rows, next_cursor = keyset(qs, cursor, field_name="at", descending=True)
+    views = []
+    for c in rows:
+        held = c.existing_action
+        existing = (
+            {
+                "tool": held.tool.name,
+                "target": held.target,
+                "desired_state": held.desired_state,
+                "expected_version": held.expected_version,
+            }
+            if held
+            else {}
+        )
+        fields = []
+        for name in ("tool", "target", "desired_state", "expected_version"):
+            mine, theirs = existing.get(name), c.attempted.get(name)
+            fields.append((name, compact_json(mine), compact_json(theirs), mine != theirs))
+        views.append(ConflictView(c, fields))
+    return views, next_cursor
+
+
+def next_open_action(scope: Scope, after: Action) -> Action | None:
+    """The oldest open action in the same tenant that this operator's roles can work, not
+    held by someone else (after.pk excluded). One query on the open-queue index."""
+    states = []
+    if scope.has_role(Role.ONCALL, after.tenant_id):
+        states += [ActionState.UNKNOWN, ActionState.NEEDS_HUMAN, ActionState.BLOCKED]
+    if scope.has_role(Role.APPROVER, after.tenant_id):
+        states.append(ActionState.AWAITING_APPROVAL)
+    if not states:
+        return None
+    return (
+        Action.objects.filter(
+            tenant_id=after.tenant_id,
+            state__in=states,
+            acknowledged_at__isnull=True,
+        )
+        .filter(Q(claimed_by__isnull=True) | Q(claimed_by=scope.user))
+        .exclude(pk=after.pk)
+        .select_related("tool")
+        .order_by("created_at", "id")
+        .first()
+    )
 
 
 def is_terminal(action) -> bool:

@@ -16,6 +16,7 @@ urlpatterns = [
     path("nav-counts/", views.nav_counts, name="nav_counts"),
     path("actions/", views.actions_list, name="actions"),
     path("actions.csv", views.actions_csv, name="actions_csv"),
+    path("conflicts/", views.conflicts, name="conflicts"),
     path("actions/<uuid:pk>/", views.action_detail, name="action"),
     path("actions/<uuid:pk>/recheck/", views.action_recheck, name="action_recheck"),
     path("actions/<uuid:pk>/claim/", views.action_claim, name="action_claim"),

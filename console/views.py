@@ -117,6 +117,29 @@ def _query(request, **changes) -> str:
     return params.urlencode()
 
 
+def _remember_form(request, key: str, form) -> None:
+    """Post/Redirect/Get for a plain form with errors: what was typed and what was wrong
+    are kept in the session for the page the browser is sent back to (a reload of that page
+    is a harmless GET, not a 405 on the POST URL)."""
+    data = {k: v for k, v in form.data.items() if k != "csrfmiddlewaretoken"}
+    errors = {name: [str(e) for e in errs] for name, errs in form.errors.items()}
+    request.session[f"form:{key}"] = {"data": data, "errors": errors}
+
+
+def _recall_form(request, key: str, make):
+    """The form remembered by `_remember_form`, bound and with its errors; or None."""
+    saved = request.session.pop(f"form:{key}", None)
+    if not saved:
+        return None
+    form = make(saved["data"])
+    form.is_valid()
+    for name, messages_ in saved["errors"].items():
+        if name not in form.errors:
+            for message in messages_:
+                form.add_error(None if name == "__all__" else name, message)
+    return form
+
+
 # --- sign-in and tenant --------------------------------------------------------------------
 
 
@@ -277,6 +300,25 @@ def actions_list(request):
 
 
 @operator_required()
+def conflicts(request):
+    """Idempotency conflicts: a runtime deriving its keys badly shows up here."""
+    rows, next_cursor = sel.conflicts_page(
+        [request.scope.tenant.pk], sel.parse_cursor(request.GET.get("after"))
+    )
+    return render(
+        request,
+        "console/conflicts.html",
+        {
+            "section": "actions",
+            "rows": rows,
+            "paged": bool(request.GET.get("after")),
+            "next_query": _query(request, after=next_cursor) if next_cursor else "",
+            "first_query": _query(request, after=None),
+        },
+    )
+
+
+@operator_required()
 def actions_csv(request):
     _, filters = _action_filters(request)
     qs = sel.all_actions(filters).order_by("-created_at", "-pk")
@@ -390,6 +432,9 @@ def _action_context(request, action, **extra) -> dict:
         if action.state in OPEN_FOR_HUMANS and action.state != ActionState.BLOCKED
         else "",
     }
+    if context["terminal"] or action.acknowledged_at:
+        # After a decision the page is not a dead end: the next thing this person can work.
+        context["next_item"] = sel.next_open_action(scope, action)
     context.update(extra)
     return context
 
@@ -409,7 +454,10 @@ def _controls_change(action, claimed_by_me) -> tuple[str, object]:
 @operator_required()
 def action_detail(request, pk):
     action = sel.get_action_for(request.scope, pk)
-    context = _action_context(request, action)
+    extra = {}
+    if not request.htmx and (form := _recall_form(request, f"resolve:{pk}", ResolveForm)):
+        extra["resolve_form"] = form
+    context = _action_context(request, action, **extra)
     if request.htmx and request.GET.get("live"):
         if request.GET.get("v") == context["live_signature"]:
             return HttpResponse(status=204)
@@ -504,10 +552,11 @@ def action_resolve(request, pk):
             "resolve it anyway.",
         )
     if not form.is_valid():
-        context = _action_context(request, action, resolve_form=form)
         if request.htmx:
+            context = _action_context(request, action, resolve_form=form)
             return render(request, "console/action.html#resolve-form", context, status=422)
-        return render(request, "console/action.html", context, status=400)
+        _remember_form(request, f"resolve:{action.pk}", form)
+        return _go(request, _action_url(action) + "#resolve-form")
     outcome = form.cleaned_data["outcome"]
     try:
         services.action_resolve(
@@ -520,10 +569,11 @@ def action_resolve(request, pk):
     except StaleRead as exc:
         # Asks for a fresh read first; the typed reason stays in the form.
         form.add_error(None, exc.detail)
-        context = _action_context(request, action, resolve_form=form)
         if request.htmx:
+            context = _action_context(request, action, resolve_form=form)
             return render(request, "console/action.html#resolve-form", context, status=422)
-        return render(request, "console/action.html", context, status=409)
+        _remember_form(request, f"resolve:{action.pk}", form)
+        return _go(request, _action_url(action) + "#resolve-form")
     except StateConflict as exc:
         messages.error(request, exc.detail)
     else:
@@ -681,7 +731,10 @@ def _run_context(request, run, **extra) -> dict:
 @operator_required()
 def run_detail(request, pk):
     run = sel.get_run_for(request.scope, pk)
-    return render(request, "console/run.html", _run_context(request, run))
+    extra = {}
+    if form := _recall_form(request, f"force:{pk}", lambda data: ForceReplayForm(data, run=run)):
+        extra["force_form"] = form
+    return render(request, "console/run.html", _run_context(request, run, **extra))
 
 
 def _run_url(run) -> str:
@@ -710,10 +763,11 @@ def run_force_replay(request, pk):
     require_role(scope, run.tenant_id, Role.ADMIN)
     form = ForceReplayForm(request.POST, run=run)
     if not form.is_valid():
-        context = _run_context(request, run, force_form=form)
         if request.htmx:
+            context = _run_context(request, run, force_form=form)
             return render(request, "console/run.html#force-form", context, status=422)
-        return render(request, "console/run.html", context, status=400)
+        _remember_form(request, f"force:{run.pk}", form)
+        return _go(request, _run_url(run) + "#force-form")
     try:
         new_run, waiting = services.run_force_replay(
             run, reason=form.cleaned_data["reason"], actor=scope.actor
@@ -835,9 +889,15 @@ def replays_csv(request):
 # --- audit ---------------------------------------------------------------------------------
 
 
+def _audit_form(request) -> AuditFilterForm:
+    return AuditFilterForm(
+        request.GET, actors=sel.audit_actors(request.scope.tenant), verbs=sel.AUDIT_VERBS
+    )
+
+
 @operator_required(Role.ADMIN)
 def audit(request):
-    form = AuditFilterForm(request.GET)
+    form = _audit_form(request)
     qs = sel.audit_queryset(request.scope.tenant, **form.filters())
     rows, next_cursor = sel.keyset(
         qs, sel.parse_cursor(request.GET.get("after")), field_name="at", descending=True
@@ -872,7 +932,7 @@ def _change_text(event) -> str:
 
 @operator_required(Role.ADMIN)
 def audit_csv(request):
-    form = AuditFilterForm(request.GET)
+    form = _audit_form(request)
     qs = sel.audit_queryset(request.scope.tenant, **form.filters()).order_by("-at", "-pk")
     header = [
         "at",

@@ -232,6 +232,26 @@ class Reconciliation(models.Model):
         ordering = ["at", "id"]
 
 
+class IdempotencyConflict(models.Model):
+    """A proposal refused with 422 idempotency-conflict: the key was already used for a
+    different intent. Kept so that a runtime deriving its keys badly is visible, not silent:
+    the attempted intent, beside the action that holds the key."""
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey("core.Tenant", on_delete=models.PROTECT, related_name="+")
+    principal = models.ForeignKey("core.Principal", on_delete=models.PROTECT, related_name="+")
+    key = models.CharField(max_length=255)
+    existing_action = models.ForeignKey(
+        Action, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    attempted = models.JSONField()  # tool, target, desired_state, expected_version, run
+    request_id = models.CharField(max_length=64, blank=True, default="")
+    at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "-at"], name="conflict_recent")]
+
+
 class ForceRequestState(models.TextChoices):
     PENDING = "pending"
     CONFIRMED = "confirmed"

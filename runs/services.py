@@ -292,7 +292,59 @@ def intent_fingerprint(*, principal, tool, target, desired_state, expected_versi
     )
 
 
-def action_propose(
+def action_propose(**kwargs) -> tuple[Action, bool, bool]:
+    """`_action_propose`, and a refused proposal (422 idempotency-conflict) recorded: every
+    conflict is kept and listed for operators, with both intents side by side."""
+    try:
+        return _action_propose(**kwargs)
+    except IdempotencyConflict:
+        idempotency_conflict_record(
+            run=kwargs["run"],
+            tool=kwargs["tool"],
+            target=kwargs["target"],
+            desired_state=kwargs["desired_state"],
+            expected_version=kwargs["expected_version"],
+            key=kwargs["idempotency_key"],
+            actor=kwargs["actor"],
+        )
+        raise
+
+
+def idempotency_conflict_record(
+    *, run, tool, target, desired_state, expected_version, key, actor: Actor
+):
+    """Record one refused proposal and audit it, in its own transaction (the proposal's
+    own work, if any, was rolled back by the refusal)."""
+    from .models import IdempotencyConflict as Conflict
+
+    entry = ledger_live_entry(run.tenant, key)
+    with transaction.atomic():
+        conflict = Conflict.objects.create(
+            tenant=run.tenant,
+            principal=run.principal,
+            key=key,
+            existing_action_id=entry.action_id if entry else None,
+            attempted={
+                "run": str(run.pk),
+                "tool": tool.name,
+                "target": target,
+                "desired_state": desired_state,
+                "expected_version": expected_version,
+            },
+            request_id=request_id_var.get(),
+            at=timezone.now(),
+        )
+        audit(
+            actor=actor,
+            verb="idempotency.conflict",
+            obj=conflict,
+            tenant=run.tenant,
+            after={"key": key, "existing_action": str(conflict.existing_action_id)},
+        )
+    return conflict
+
+
+def _action_propose(
     *,
     run: Run,
     tool,

@@ -32,6 +32,7 @@ urlpatterns = [
     path("actions/<uuid:pk>/resolve", views.action_resolve, name="action-resolve"),
     path("actions/<uuid:pk>/acknowledge", views.action_acknowledge, name="action-acknowledge"),
     path("queue", views.queue, name="queue"),
+    path("idempotency-conflicts", views.idempotency_conflicts, name="idempotency-conflicts"),
     path("approval-requests", views.approval_requests, name="approval-requests"),
     path("approval-requests/<uuid:pk>/grant", views.approval_request_grant, name="request-grant"),
     path("approval-requests/<uuid:pk>/deny", views.approval_request_deny, name="request-deny"),

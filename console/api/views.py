@@ -26,7 +26,15 @@ from ledger.models import LedgerEntry
 from ledger.services import ledger_revoke
 from runs import dispatch, selectors, services
 from runs import presenters as present
-from runs.models import Action, Attempt, ForceReplayRequest, Reconciliation, Replay, Run
+from runs.models import (
+    Action,
+    Attempt,
+    ForceReplayRequest,
+    IdempotencyConflict,
+    Reconciliation,
+    Replay,
+    Run,
+)
 from runs.notify import WaitRefused, waiters
 from runs.states import IN_PROGRESS, OPEN_FOR_HUMANS
 
@@ -477,6 +485,28 @@ def action_acknowledge(request, pk):
     fields = valid(s.AcknowledgeIn, body_object(request) if request.body else {})
     services.action_acknowledge(action, note=fields["note"].strip(), actor=request.user.actor)
     return Response(present.action_dict(get_action_for(request.user, pk)))
+
+
+@extend_schema(request=None, responses=OBJ)
+@api_view(["GET"])
+def idempotency_conflicts(request):
+    """Every proposal refused with 422 idempotency-conflict, newest first (operators)."""
+    caller = require_operator(request)
+    qs = IdempotencyConflict.objects.filter(tenant=caller.tenant).select_related("principal")
+    return page(
+        request,
+        qs,
+        lambda c: {
+            "id": c.pk,
+            "at": c.at.isoformat(),
+            "principal": c.principal.name,
+            "key": c.key,
+            "existing_action": str(c.existing_action_id) if c.existing_action_id else None,
+            "attempted": c.attempted,
+            "request_id": c.request_id,
+        },
+        field="at",
+    )
 
 
 @extend_schema(request=None, responses=OBJ)

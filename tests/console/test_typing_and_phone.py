@@ -497,3 +497,109 @@ def test_four_eyes_force_replay_needs_a_second_admin(live_db, downstream, new_pa
     tenant_settings_update(
         world.tenant, actor=operator_actor(world.admin), four_eyes_force_replay=False
     )
+
+
+def test_after_a_resolve_next_item_and_the_keyboard_shortcuts(
+    live_db, downstream, new_page, console_server
+):
+    world = make_world(downstream)
+    run = start_run(world)
+    first = make_needs_human(world, run=run)
+    second = make_needs_human(world, run=run)
+    page = sign_in(new_page(), console_server, world.oncall)
+    page.keyboard.press("?")
+    expect(page.get_by_role("dialog", name="Keyboard shortcuts")).to_be_visible()
+    page.keyboard.press("Escape")
+    expect(page.get_by_role("dialog", name="Keyboard shortcuts")).to_be_hidden()
+
+    page.keyboard.press("j")
+    assert page.evaluate("document.activeElement.id") == f"open-{first.pk}"
+    page.keyboard.press("j")
+    assert page.evaluate("document.activeElement.id") == f"open-{second.pk}"
+    page.keyboard.press("k")
+    page.keyboard.press("o")
+    expect(page).to_have_url(re.compile(f"/actions/{first.pk}/$"))
+    reads = first.reconciliations.count()
+    page.keyboard.press("r")
+    expect(page.get_by_role("status").first).to_contain_text("Re-checked")
+    assert first.reconciliations.count() == reads + 1
+
+    page.get_by_label("Reason").fill("Closed by hand in the helpdesk.")
+    page.get_by_role("button", name="Resolve as succeeded").click()
+    expect(page.locator("#action-state")).to_have_text("succeeded")
+    expect(page.locator("#next-item")).to_contain_text(second.target)
+    page.keyboard.press("n")
+    expect(page).to_have_url(re.compile(f"/actions/{second.pk}/$"))
+
+
+def test_without_javascript_a_validation_error_redirects_and_a_reload_is_harmless(
+    live_db, downstream, new_page, console_server
+):
+    world = make_world(downstream)
+    action = make_needs_human(world)
+    page = sign_in(
+        new_page(java_script_enabled=False),
+        console_server,
+        world.oncall,
+        path=f"/actions/{action.pk}/",
+    )
+    page.get_by_label("Reason").fill("   ")  # passes `required`, fails the server's check
+    page.get_by_role("button", name="Resolve as failed").click()
+    expect(page).to_have_url(re.compile(f"/actions/{action.pk}/#resolve-form$"))
+    expect(page.locator("#resolve-form")).to_contain_text("Say why")
+    response = page.reload()
+    assert response.status == 200
+    expect(page.locator("#resolve-form")).not_to_contain_text("Say why")
+
+
+def test_audit_filters_are_lists_and_errors_are_in_words(
+    live_db, downstream, new_page, console_server
+):
+    world = make_world(downstream)
+    action = make_needs_human(world)
+    services.action_resolve(
+        action, outcome="failed", reason="checked", actor=operator_actor(world.oncall)
+    )
+    page = sign_in(new_page(), console_server, world.admin, path="/audit/")
+    page.get_by_label("Actor").select_option(f"operator:{world.oncall.username}")
+    page.get_by_label("Verb").select_option(label="action (all of them)")
+    page.get_by_role("button", name="Filter").click()
+    rows = page.locator("tbody tr[data-verb]")
+    expect(rows.first).to_be_visible()
+    assert set(rows.evaluate_all("rs => rs.map(r => r.dataset.verb)")) == {"action.failed"}
+    page.goto(console_server("/audit/?since=yesterday"))
+    alert = page.get_by_role("alert")
+    expect(alert).to_contain_text("From (UTC): Give the start as a date and time")
+    expect(alert).not_to_contain_text("since")
+
+
+def test_idempotency_conflicts_are_listed_side_by_side(
+    live_db, downstream, new_page, console_server
+):
+    from core.errors import IdempotencyConflict
+    from tests.console.conftest import agent_of, propose, tool
+
+    world = make_world(downstream)
+    run = start_run(world)
+    t = tool(world)
+    key = f"evt-{run.pk.hex[:6]}:update_ticket"
+    held = propose(world, run, t, "T-1", {"status": "closed"}, key=key)
+    with pytest.raises(IdempotencyConflict):
+        services.action_propose(
+            run=run,
+            tool=t,
+            target="T-1",
+            desired_state={"status": "reopened"},
+            expected_version=None,
+            idempotency_key=key,
+            actor=agent_of(world),
+        )
+    page = sign_in(new_page(), console_server, world.oncall, path="/actions/")
+    page.get_by_role("link", name="Idempotency conflicts").click()
+    panel = page.locator("section.conflict").first
+    expect(panel).to_contain_text(key)
+    expect(panel.get_by_role("link", name=f"action {str(held.pk)[:8]}")).to_be_visible()
+    differing = panel.locator('tr[data-field="desired_state"]')
+    expect(differing).to_have_class(re.compile("is-diff"))
+    expect(differing).to_contain_text('"reopened"')
+    expect(panel.locator('tr[data-field="target"]')).to_have_class(re.compile("is-same"))

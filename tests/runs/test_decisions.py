@@ -218,3 +218,26 @@ def test_four_eyes_force_replay_through_the_api(world):
     )
     done = second.post(f"/api/v1/force-replay-requests/{request_id}/reject")
     assert done.status_code == 409
+
+
+def test_every_idempotency_conflict_is_recorded_with_both_intents(world):
+    world.tool("update_ticket")
+    run = world.start_run()
+    key = f"k-{uuid.uuid4().hex}"
+    first = world.propose(
+        run["id"], key, tool="update_ticket", target="T-1", desired_state={"status": "closed"}
+    )
+    assert first.status_code == 201
+    clash = world.propose(
+        run["id"], key, tool="update_ticket", target="T-2", desired_state={"status": "closed"}
+    )
+    assert clash.status_code == 422
+    assert problem(clash)["type"] == "/problems/idempotency-conflict"
+    listed = world.oncall.client().get("/api/v1/idempotency-conflicts").json()["results"]
+    assert len(listed) == 1
+    assert listed[0]["key"] == key and listed[0]["existing_action"] == first.json()["id"]
+    assert listed[0]["attempted"]["target"] == "T-2"
+    assert AuditEvent.objects.filter(verb="idempotency.conflict", tenant=world.tenant).count() == 1
+    assert Action.objects.filter(tenant=world.tenant).count() == 1  # nothing else written
+    outsider = world.outsider.client().get("/api/v1/idempotency-conflicts").json()["results"]
+    assert outsider == []

@@ -251,6 +251,45 @@
     }, 0);
   }
 
+  // --- keyboard shortcuts: j/k move, o opens, r re-checks, ? lists them -------------------
+  function typingIn(target) {
+    return target.closest && target.closest("input, textarea, select, [contenteditable], dialog");
+  }
+
+  function rowLinks() {
+    return Array.prototype.slice.call(document.querySelectorAll("[data-shortcut-row]"));
+  }
+
+  document.addEventListener("keydown", function (event) {
+    if (event.altKey || event.ctrlKey || event.metaKey || typingIn(event.target)) return;
+    var key = event.key;
+    if (key === "?") {
+      var help = document.getElementById("shortcuts");
+      if (help && help.showModal && !help.open) { help.showModal(); event.preventDefault(); }
+      return;
+    }
+    if (key === "j" || key === "k") {
+      var links = rowLinks();
+      if (!links.length) return;
+      var at = links.indexOf(document.activeElement);
+      var next = key === "j" ? Math.min(at + 1, links.length - 1) : Math.max(at - 1, 0);
+      if (at === -1) next = 0;
+      links[next].focus();
+      links[next].closest("tr").scrollIntoView({block: "nearest"});
+      event.preventDefault();
+    } else if (key === "o") {
+      var focused = document.activeElement;
+      var target = rowLinks().indexOf(focused) >= 0 ? focused : rowLinks()[0];
+      if (target) { target.click(); event.preventDefault(); }
+    } else if (key === "r") {
+      var recheck = document.querySelector("[data-shortcut-recheck]");
+      if (recheck) { recheck.click(); event.preventDefault(); }
+    } else if (key === "n") {
+      var nextItem = document.getElementById("next-item");
+      if (nextItem) { nextItem.click(); event.preventDefault(); }
+    }
+  });
+
   // --- errors --------------------------------------------------------------------------------
   // A refused or failed HTMX request swaps nothing; say so instead of doing nothing.
   document.addEventListener("htmx:responseError", function (event) {
