@@ -8,8 +8,14 @@ def scope(request):
     Set by the console views' `operator_required`; None on the sign-in page and on error
     pages raised before it ran.
     """
+    from django.utils import timezone
+
     current = getattr(request, "scope", None)
-    return {"scope": current, "nav_counts": NavCounts(current)}
+    return {
+        "scope": current,
+        "nav_counts": NavCounts(current),
+        "tz_name": timezone.get_current_timezone_name(),
+    }
 
 
 class NavCounts:

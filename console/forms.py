@@ -151,6 +151,11 @@ class AuditFilterForm(forms.Form):
 
     def __init__(self, data=None, *, actors=(), verbs=()):
         super().__init__(data)
+        from django.utils import timezone
+
+        zone = timezone.get_current_timezone_name()
+        self.fields["since"].label = f"From ({zone})"
+        self.fields["until"].label = f"To ({zone})"
         actor_choices = [("", "Anyone")] + [(a, a) for a in actors]
         verb_choices = [("", "Any verb")] + [
             (v, f"{v[:-1]} (all of them)" if v.endswith(".") else v) for v in verbs

@@ -14,6 +14,7 @@ urlpatterns = [
     path("tenant/", views.switch_tenant, name="switch_tenant"),
     path("search/", views.search, name="search"),
     path("nav-counts/", views.nav_counts, name="nav_counts"),
+    path("preferences/", views.preferences, name="preferences"),
     path("actions/", views.actions_list, name="actions"),
     path("actions.csv", views.actions_csv, name="actions_csv"),
     path("conflicts/", views.conflicts, name="conflicts"),

@@ -147,6 +147,13 @@ class LoginView(auth_views.LoginView):
     template_name = "console/login.html"
     redirect_authenticated_user = True
 
+    def form_valid(self, form):
+        response = super().form_valid(form)
+        from .timezones import remember_on_sign_in
+
+        remember_on_sign_in(self.request, form.get_user())
+        return response
+
     def get_default_redirect_url(self):
         """Approvers who are not on-call land on Approvals, the page they can act on."""
         scope = sel.scope_for(self.request.user, self.request.session)
@@ -225,6 +232,33 @@ def queue(request):
     if request.htmx and (request.GET.get("refresh") or request.htmx.target == "queue-region"):
         return render(request, "console/queue.html#queue-live", {**context, "oob": True})
     return render(request, "console/queue.html", context)
+
+
+@operator_required()
+def preferences(request):
+    """The operator's own preferences: the time zone the console shows times in."""
+    from core.services import operator_set_time_zone
+
+    from .timezones import SESSION_KEY, zone_choices
+
+    if request.method == "POST":
+        try:
+            name = operator_set_time_zone(request.user, time_zone=request.POST.get("time_zone", ""))
+        except DomainError as exc:
+            messages.error(request, f"Not saved: {exc.detail}")
+        else:
+            request.session[SESSION_KEY] = name
+            messages.success(request, f"Times are now shown in {name}.")
+        return _go(request, reverse("console:preferences"))
+    return render(
+        request,
+        "console/preferences.html",
+        {
+            "section": "preferences",
+            "zones": zone_choices(),
+            "current": timezone.get_current_timezone_name(),
+        },
+    )
 
 
 @operator_required()
@@ -659,7 +693,8 @@ def approval_grant(request, pk):
         messages.success(
             request,
             f"Granted {req.tool.name} on {req.target} until "
-            f"{approval.expires_at:%Y-%m-%d %H:%M} UTC. The action is queued for dispatch.",
+            f"{timezone.localtime(approval.expires_at):%Y-%m-%d %H:%M} "
+            f"{timezone.get_current_timezone_name()}. The action is queued for dispatch.",
         )
     return _go(request, back)
 

@@ -196,3 +196,12 @@ class AuditEvent(models.Model):
     @property
     def actor(self) -> dict:
         return {"kind": self.actor_kind, "name": self.actor_name}
+
+
+class OperatorPreference(models.Model):
+    """One operator's console preferences (not per tenant): the time zone times are shown in."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="preference"
+    )
+    time_zone = models.CharField(max_length=64, default="UTC")

@@ -155,3 +155,16 @@ def tenant_settings_update(tenant: Tenant, *, actor: Actor, **changes) -> Tenant
             after=changes,
         )
     return tenant
+
+
+def operator_set_time_zone(user, *, time_zone: str) -> str:
+    """An operator's own display preference: the time zone the console shows times in.
+    Not a change to anything the product governs, so not audited."""
+    import zoneinfo
+
+    from .models import OperatorPreference
+
+    if time_zone not in zoneinfo.available_timezones():
+        raise ValidationFailed("Unknown time zone.", {"time_zone": ["Pick one from the list."]})
+    OperatorPreference.objects.update_or_create(user=user, defaults={"time_zone": time_zone})
+    return time_zone

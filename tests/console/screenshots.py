@@ -8,6 +8,7 @@ dispatch over HTTP to the demo downstream with injected faults, reconciliation r
 authoritative state back, and operators acting through the console's own services.
 """
 
+import contextlib
 import uuid
 from pathlib import Path
 
@@ -108,6 +109,21 @@ def test_screenshots(live_db, downstream, new_page, console_server):
         run, status="error", error_message="worker lost", tools_called=None, actor=agent_of(w)
     )
 
+    # A runtime deriving a key from the wrong thing: the same key for another ticket.
+    from core.errors import IdempotencyConflict
+
+    held = propose(w, start_run(w), tool(w), "TCK-5001", {"status": "closed"}, key="evt-77:close")
+    with contextlib.suppress(IdempotencyConflict):
+        services.action_propose(
+            run=start_run(w),
+            tool=tool(w),
+            target="TCK-5002",
+            desired_state={"status": "closed"},
+            expected_version=None,
+            idempotency_key=held.idempotency_key,
+            actor=agent_of(w),
+        )
+
     shots = {
         "queue": "/",
         "action": f"/actions/{needs.pk}/",
@@ -143,4 +159,5 @@ def extra_shots(w, run) -> dict:
         "all-actions": "/actions/",
         "search": "/search/?q=TCK-4217&list=1",
         "approval-state": f"/approvals/{w.approval_request_id}/state/",
+        "conflicts": "/conflicts/",
     }

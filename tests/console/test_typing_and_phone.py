@@ -603,3 +603,38 @@ def test_idempotency_conflicts_are_listed_side_by_side(
     expect(differing).to_have_class(re.compile("is-diff"))
     expect(differing).to_contain_text('"reopened"')
     expect(panel.locator('tr[data-field="target"]')).to_have_class(re.compile("is-same"))
+
+
+def test_each_operator_chooses_a_time_zone_and_the_audit_range_uses_it(
+    live_db, downstream, new_page, console_server
+):
+    from datetime import timedelta
+    from zoneinfo import ZoneInfo
+
+    from core.models import AuditEvent
+
+    world = make_world(downstream)
+    action = make_needs_human(world)
+    page = sign_in(new_page(), console_server, world.admin, path="/audit/")
+    expect(page.locator("footer")).to_contain_text("Times are in UTC")
+    page.get_by_role("link", name="change").click()
+    page.get_by_label("Show times in").select_option("Asia/Kolkata")  # UTC+05:30, no DST
+    page.get_by_role("button", name="Save").click()
+    expect(page.get_by_role("status").first).to_contain_text("Asia/Kolkata")
+
+    event = AuditEvent.objects.filter(object_id=str(action.pk)).order_by("-at").first()
+    local = event.at.astimezone(ZoneInfo("Asia/Kolkata"))
+    page.goto(console_server(f"/audit/?object={action.pk}"))
+    expect(page.locator("footer")).to_contain_text("Times are in Asia/Kolkata")
+    expect(page.get_by_label("From (Asia/Kolkata)")).to_be_visible()
+    expect(page.locator("tbody")).to_contain_text(f"{local:%H:%M:%S}")
+    # the range is read in the operator's zone: from one minute after the event, nothing
+    after = (local + timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M")
+    page.goto(console_server(f"/audit/?object={action.pk}&since={after}"))
+    expect(page.locator("tbody")).to_contain_text("No events match.")
+    before = (local - timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M")
+    page.goto(console_server(f"/audit/?object={action.pk}&since={before}"))
+    expect(page.locator("tbody tr[data-verb]").first).to_be_visible()
+
+    other = sign_in(new_page(), console_server, world.oncall)  # a colleague: still UTC
+    expect(other.locator("footer")).to_contain_text("Times are in UTC")
