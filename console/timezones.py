@@ -37,7 +37,5 @@ def zone_choices() -> list[tuple[str, str]]:
 def remember_on_sign_in(request, user) -> None:
     from core.models import OperatorPreference
 
-    name = (
-        OperatorPreference.objects.filter(user=user).values_list("time_zone", flat=True).first()
-    )
+    name = OperatorPreference.objects.filter(user=user).values_list("time_zone", flat=True).first()
     request.session[SESSION_KEY] = name or "UTC"

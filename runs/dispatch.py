@@ -38,7 +38,12 @@ from approvals import services as approvals
 from core.audit import DISPATCHER, RECONCILER, SWEEPER, Actor, audit, request_id_var
 
 from .models import Action, Attempt, Reconciliation
-from .services import action_move, actions_move_batch, enqueue_reconcile, lease_for
+from .services import (
+    action_move,
+    action_settle_dispatch,
+    actions_move_batch,
+    lease_for,
+)
 from .states import ActionState as S
 from .states import AttemptOutcome, FailureReason, Resolution, Verdict
 from .wakeup import wake_workers, wakeup_taken
@@ -309,27 +314,34 @@ SETTLE = {
 
 
 def _settle(action: Action, attempt: Attempt, result: CallResult, *, actor: Actor) -> None:
-    """Close the attempt and settle the action in ONE transaction (the third and last write
-    of a happy-path effect: propose, claim, settle)."""
+    """Close the attempt and settle the action together (the third and last write of a
+    happy-path effect: propose, claim, settle)."""
     target, fields = SETTLE[result.outcome]
     why = (
         f"the tool answered HTTP {result.http_status}"
         if result.outcome == AttemptOutcome.APPLIED
         else result.detail[:500]
     )
+    if action_settle_dispatch(
+        action,
+        attempt,
+        to=target,
+        outcome=result.outcome,
+        http_status=result.http_status,
+        detail=result.detail,
+        actor=actor,
+        reason=why,
+        **fields,
+    ):
+        if target == S.UNKNOWN:
+            wake_workers()  # its reconciliation is due now
+        return
+    # The sweeper wrote the worker off (lease expired) before the answer came.
     with transaction.atomic():
         _close_attempt(attempt, result)
-        extra = {"lease_expires_at": None}
-        if target == S.UNKNOWN:
-            extra["next_reconcile_at"] = timezone.now()
-        action.state = S.DISPATCHING
-        if action_move(action, target, actor=actor, reason=why, **fields, **extra):
-            if target == S.UNKNOWN:
-                enqueue_reconcile()
-            return
         current = Action.objects.filter(pk=action.pk).values_list("state", flat=True).first()
         if current == S.UNKNOWN and target in {S.SUCCEEDED, S.FAILED}:
-            # The sweeper wrote the worker off, but the tool did answer, definitively.
+            # ... but the tool did answer, definitively.
             action.state = S.UNKNOWN
             action_move(
                 action,

@@ -80,11 +80,14 @@ class Command(BaseCommand):
     # --- the measured run, inside the bench database ---------------------------------------
 
     def inner(self, **opts):
+        import logging
+
         from core.audit import SYSTEM
         from core.services import principal_create, tenant_create, tool_create
         from runs.models import Action
 
         out = self.stdout.write
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise
         tps = pgbench_tps(opts["pgbench_seconds"])
         out(f"pgbench TPC-B ({opts['pgbench_seconds']} s, 4 clients): {tps:.0f} tps")
 
