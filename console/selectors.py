@@ -570,12 +570,14 @@ def approvals_inbox(tenant, *, recent=20):
         a.request_id: a for a in Approval.objects.filter(request__in=[r.pk for r in decided])
     }
     now = timezone.now()
+    sla = timedelta(seconds=tenant.approval_sla_seconds) if tenant.approval_sla_seconds else None
     for r in pending + decided:
         r.action_state = states.get(r.action_id)
         r.action_state_label = ActionState(r.action_state).label.lower() if r.action_state else ""
     for r in pending:
         r.action = actions.get(r.action_id)
         r.age = age_label(r.created_at, now)
+        r.over_sla = sla is not None and now - r.created_at > sla
         r.expires_in = age_label(now, r.expires_at)
         r.desired_rows = [(k, compact_json(v)) for k, v in r.desired_state.items()]
         r.waiting = r.action_state == ActionState.AWAITING_APPROVAL and r.expires_at > now
@@ -587,7 +589,10 @@ def approvals_inbox(tenant, *, recent=20):
 
 def pending_signature(pending) -> str:
     return signature(
-        [(str(r.pk), r.action_state, r.action.run.status if r.action else "") for r in pending]
+        [
+            (str(r.pk), r.action_state, r.action.run.status if r.action else "", r.over_sla)
+            for r in pending
+        ]
     )
 
 

@@ -857,15 +857,23 @@ def force_request_decide(request, pk, decision):
 @operator_required(Role.ADMIN)
 def tenant_settings(request):
     enabled = request.POST.get("four_eyes_force_replay") == "on"
+    minutes = request.POST.get("approval_sla_minutes", "").strip() or "0"
+    if not minutes.isdigit() or int(minutes) > 30 * 24 * 60:
+        messages.error(request, "Not saved: the approval SLA is a whole number of minutes.")
+        return _go(request, reverse("console:replays"))
     tenant_settings_update(
-        request.scope.tenant, actor=request.scope.actor, four_eyes_force_replay=enabled
+        request.scope.tenant,
+        actor=request.scope.actor,
+        four_eyes_force_replay=enabled,
+        approval_sla_seconds=int(minutes) * 60,
     )
-    messages.success(
-        request,
+    four_eyes = (
         "Four-eyes force replay is on: a second admin must confirm each force replay."
         if enabled
-        else "Four-eyes force replay is off: an admin's force replay happens at once.",
+        else "Four-eyes force replay is off: an admin's force replay happens at once."
     )
+    sla = f"Approval SLA: {int(minutes)} min." if int(minutes) else "No approval SLA."
+    messages.success(request, f"{four_eyes} {sla}")
     return _go(request, reverse("console:replays"))
 
 

@@ -22,6 +22,8 @@ class Tenant(models.Model):
     # Four-eyes force replay: a force replay asked by one admin waits until a different
     # admin confirms (or rejects) it. Off by default; admins switch it, audited.
     four_eyes_force_replay = models.BooleanField(default=False)
+    # Approval SLA: pending requests older than this are highlighted for approvers (0: off).
+    approval_sla_seconds = models.PositiveIntegerField(default=0)
 
     def __str__(self):
         return self.slug

@@ -133,7 +133,7 @@ def tool_update(tool: Tool, *, actor: Actor, reason: str = "", **changes) -> Too
     return tool
 
 
-TENANT_SETTINGS = {"four_eyes_force_replay"}
+TENANT_SETTINGS = {"four_eyes_force_replay", "approval_sla_seconds"}
 
 
 def tenant_settings_update(tenant: Tenant, *, actor: Actor, **changes) -> Tenant:

@@ -65,7 +65,13 @@ class NoteIn(serializers.Serializer):
 
 class TenantSettingsIn(serializers.Serializer):
     four_eyes_force_replay = StrictBooleanField(
-        help_text="A force replay waits until a different admin confirms it."
+        required=False, help_text="A force replay waits until a different admin confirms it."
+    )
+    approval_sla_seconds = StrictIntegerField(
+        required=False,
+        min_value=0,
+        max_value=MAX_TTL_SECONDS,
+        help_text="Pending approval requests older than this are highlighted (0: off).",
     )
 
 

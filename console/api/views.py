@@ -313,13 +313,20 @@ def force_replay_reject(request, pk):
 @extend_schema(request=s.TenantSettingsIn, responses=OBJ)
 @api_view(["GET", "POST"])
 def tenant_settings(request):
-    """The tenant's settings (admin): `four_eyes_force_replay`."""
+    """The tenant's settings (admin): `four_eyes_force_replay`, `approval_sla_seconds`. A
+    POST changes the fields it names."""
     caller = require_operator(request, Role.ADMIN)
     tenant = caller.tenant
     if request.method == "POST":
         fields = valid(s.TenantSettingsIn, body_object(request))
-        tenant = tenant_settings_update(tenant, actor=caller.actor, **fields)
-    return Response({"four_eyes_force_replay": tenant.four_eyes_force_replay})
+        if fields:
+            tenant = tenant_settings_update(tenant, actor=caller.actor, **fields)
+    return Response(
+        {
+            "four_eyes_force_replay": tenant.four_eyes_force_replay,
+            "approval_sla_seconds": tenant.approval_sla_seconds,
+        }
+    )
 
 
 @extend_schema(request=None, responses=OBJ)

@@ -638,3 +638,19 @@ def test_each_operator_chooses_a_time_zone_and_the_audit_range_uses_it(
 
     other = sign_in(new_page(), console_server, world.oncall)  # a colleague: still UTC
     expect(other.locator("footer")).to_contain_text("Times are in UTC")
+
+
+def test_requests_over_the_approval_sla_are_highlighted(
+    live_db, downstream, new_page, console_server
+):
+    from core.services import tenant_settings_update
+
+    world = make_world(downstream)
+    old = make_awaiting(world)
+    tenant_settings_update(world.tenant, actor=operator_actor(world.admin), approval_sla_seconds=2)
+    page = sign_in(new_page(), console_server, world.approver, path="/approvals/")
+    row = page.locator(f"#request-{old.approval_request_id}")
+    expect(row).to_have_class(re.compile("over-sla"), timeout=8_000)  # the live list follows
+    expect(row).to_contain_text("over the SLA")
+    tenant_settings_update(world.tenant, actor=operator_actor(world.admin), approval_sla_seconds=0)
+    expect(row).not_to_have_class(re.compile("over-sla"), timeout=8_000)  # off again

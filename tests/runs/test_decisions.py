@@ -180,7 +180,10 @@ def test_four_eyes_force_replay_through_the_api(world):
     from tests.console.conftest import add_operator, make_failed_run_with_tools
 
     admin = world.admin.client()
-    assert admin.get("/api/v1/settings").json() == {"four_eyes_force_replay": False}
+    assert admin.get("/api/v1/settings").json() == {
+        "four_eyes_force_replay": False,
+        "approval_sla_seconds": 0,
+    }
     assert (
         world.oncall.client()
         .post("/api/v1/settings", {"four_eyes_force_replay": True}, format="json")
@@ -190,7 +193,7 @@ def test_four_eyes_force_replay_through_the_api(world):
     bad = admin.post("/api/v1/settings", {"four_eyes_force_replay": "yes"}, format="json")
     assert bad.status_code == 400 and "four_eyes_force_replay" in problem(bad)["errors"]
     on = admin.post("/api/v1/settings", {"four_eyes_force_replay": True}, format="json")
-    assert on.json() == {"four_eyes_force_replay": True}
+    assert on.json() == {"four_eyes_force_replay": True, "approval_sla_seconds": 0}
 
     run = make_failed_run_with_tools(world)
     asked = admin.post(
@@ -241,3 +244,24 @@ def test_every_idempotency_conflict_is_recorded_with_both_intents(world):
     assert Action.objects.filter(tenant=world.tenant).count() == 1  # nothing else written
     outsider = world.outsider.client().get("/api/v1/idempotency-conflicts").json()["results"]
     assert outsider == []
+
+
+def test_approval_sla_is_a_tenant_setting_and_an_expiring_request_fails_closed(world):
+    from runs import services
+    from runs.models import Action
+
+    admin = world.admin.client()
+    bad = admin.post("/api/v1/settings", {"approval_sla_seconds": -1}, format="json")
+    assert bad.status_code == 400 and "approval_sla_seconds" in problem(bad)["errors"]
+    ok = admin.post("/api/v1/settings", {"approval_sla_seconds": 900}, format="json")
+    assert ok.json()["approval_sla_seconds"] == 900
+    assert AuditEvent.objects.filter(verb="tenant.settings", tenant=world.tenant).exists()
+
+    action = make_awaiting(world)
+    request = action.approval_request
+    type(request).objects.filter(pk=request.pk).update(expires_at=request.created_at)
+    services.approval_requests_expire(actor=operator_actor(world.admin))
+    blocked = Action.objects.get(pk=action.pk)
+    assert (blocked.state, blocked.block_reason) == ("blocked", "approval_expired")
+    seen = world.agent.client().get(f"/api/v1/actions/{action.pk}").json()
+    assert seen["block_reason"] == "approval_expired"
