@@ -198,6 +198,7 @@ class Launcher:
     def children_for(self, broker: str) -> list[Child]:
         # Options as strings for legibility; paths (which may hold spaces) as list items.
         web = f"-m gunicorn console.wsgi -b 127.0.0.1:{self.port} -k gthread --threads 8 -w 2"
+        web += " --no-control-socket"  # gunicorn 27 shares ~/.gunicorn/gunicorn.ctl otherwise
         web += f" --graceful-timeout {GRACE_SECONDS - 2}"
         if self.verbose:
             web += " --access-logfile -"

@@ -202,17 +202,24 @@ SWEEP_INTERVAL_SECONDS = env_float("SWEEP_INTERVAL_SECONDS", 5)
 # The queue (runs.dispatch.drain): rows claimed per transaction, concurrent tool calls per
 # worker process, and how long one wake-up may drain before it hands over to a fresh one.
 CLAIM_BATCH_SIZE = int(os.environ.get("CLAIM_BATCH_SIZE", 16))
+# With the pool busy, wait this long for half a batch of free slots before claiming fewer.
+CLAIM_LINGER_SECONDS = env_float("CLAIM_LINGER_SECONDS", 0.02)
 DISPATCH_CONCURRENCY = int(os.environ.get("DISPATCH_CONCURRENCY", 32))
 DRAIN_MAX_SECONDS = env_float("DRAIN_MAX_SECONDS", 60)
 # A wake-up nobody picked up in this time is dropped by the broker (the sweep drains anyway).
 WAKEUP_EXPIRES_SECONDS = env_float("WAKEUP_EXPIRES_SECONDS", 60)
 # GET /actions/{id}?wait=N: concurrent waits per web process, per principal and in all;
-# beyond either cap the request answers at once with the current state.
-WAIT_MAX_PER_PRINCIPAL = int(os.environ.get("WAIT_MAX_PER_PRINCIPAL", 4))
-WAIT_MAX_PER_PROCESS = int(os.environ.get("WAIT_MAX_PER_PROCESS", 8))
+# beyond either cap the request answers at once with the current state (and Retry-After).
+# Keep WAIT_MAX_PER_PROCESS well below gunicorn's --threads (8 in the recipes), so that
+# waiting requests can never take every thread.
+WAIT_MAX_PER_PRINCIPAL = int(os.environ.get("WAIT_MAX_PER_PRINCIPAL", 2))
+WAIT_MAX_PER_PROCESS = int(os.environ.get("WAIT_MAX_PER_PROCESS", 4))
 RECONCILE_READ_ATTEMPTS = 3
 RECONCILE_READ_INTERVAL_SECONDS = 0.2
 RECONCILE_BACKOFF_MAX_SECONDS = env_float("RECONCILE_BACKOFF_MAX_SECONDS", 600)
+# A reconciliation read's lease: every read timing out, plus this grace; past it a read
+# claimed by a worker that died is claimed again.
+RECONCILE_LEASE_GRACE_SECONDS = env_float("RECONCILE_LEASE_GRACE_SECONDS", 10)
 APPROVAL_REQUEST_TTL_SECONDS = env_float("APPROVAL_REQUEST_TTL_SECONDS", 24 * 3600)
 RUN_STALE_AFTER = env_float("RUN_STALE_AFTER", 6 * 3600)
 ACTION_WAIT_MAX_SECONDS = 30

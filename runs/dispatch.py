@@ -394,9 +394,6 @@ def action_dispatch(action_id, *, actor: Actor = DISPATCHER) -> Action | None:
 # --- reconciliation -----------------------------------------------------------------------
 
 
-RECONCILE_LEASE = timedelta(seconds=30)
-
-
 def _backoff(failures: int) -> timedelta:
     return timedelta(
         seconds=min(5 * 2 ** max(failures - 1, 0), settings.RECONCILE_BACKOFF_MAX_SECONDS)
@@ -419,7 +416,8 @@ def claim_reconcile_batch(limit: int, *, only=None) -> list:
                 "WHERE a.id = ANY(%s) AND t.id = a.tool_id",
                 [
                     now,
-                    RECONCILE_LEASE.total_seconds(),
+                    settings.RECONCILE_LEASE_GRACE_SECONDS
+                    + settings.RECONCILE_READ_INTERVAL_SECONDS * settings.RECONCILE_READ_ATTEMPTS,
                     settings.RECONCILE_READ_ATTEMPTS,
                     ids,
                 ],
@@ -560,12 +558,21 @@ class DispatchPool:
         self.permits = threading.Semaphore(size)
         self.executor = ThreadPoolExecutor(size, thread_name_prefix="dispatch")
 
-    def acquire(self, want: int, timeout: float) -> int:
+    def acquire(self, want: int, timeout: float, linger: float = 0.0) -> int:
+        """Block for one permit, then take up to `want`. Under load permits come back one
+        at a time; waiting up to `linger` for more lets one claim transaction carry several
+        rows instead of one each (measured: ~1 write transaction per effect saved)."""
         if not self.permits.acquire(timeout=timeout):
             return 0
         held = 1
-        while held < want and self.permits.acquire(blocking=False):
-            held += 1
+        deadline = time.monotonic() + linger
+        while held < want:
+            if self.permits.acquire(blocking=False):
+                held += 1
+            elif held >= want // 2 or (left := deadline - time.monotonic()) <= 0:
+                break
+            elif self.permits.acquire(timeout=left):
+                held += 1
         return held
 
     def release(self, count: int) -> None:
@@ -618,7 +625,7 @@ def drain(*, max_seconds: float | None = None) -> int:
     deadline = time.monotonic() + (max_seconds or settings.DRAIN_MAX_SECONDS)
     worked = 0
     while time.monotonic() < deadline:
-        held = pool.acquire(batch, timeout=1.0)
+        held = pool.acquire(batch, timeout=1.0, linger=settings.CLAIM_LINGER_SECONDS)
         if not held:
             continue
         try:

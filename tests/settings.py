@@ -11,6 +11,7 @@ os.environ.setdefault("CELERY_BROKER_DIR", tempfile.mkdtemp(prefix="takeover-tes
 # Longer than the refusal window the safe-retry test opens, so the retry lands after it.
 os.environ.setdefault("SAFE_RETRY_DELAY_SECONDS", "3")
 os.environ.setdefault("DISPATCH_LEASE_GRACE_SECONDS", "3")
+os.environ.setdefault("RECONCILE_LEASE_GRACE_SECONDS", "3")
 os.environ.setdefault("SWEEP_INTERVAL_SECONDS", "1")
 
 from console.settings import *  # noqa: F403

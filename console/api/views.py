@@ -403,6 +403,7 @@ def wait_for_settle(request, view, seconds: float):
     try:
         event = waiters.register(action.pk, key)
     except WaitRefused:
+        request.wait_refused = True
         return view
     try:
         deadline = time.monotonic() + seconds
@@ -448,7 +449,11 @@ def action_detail(request, pk):
             ) from exc
         if seconds and view[0].state in IN_PROGRESS:
             view = wait_for_settle(request, view, seconds)
-    return Response(view[1])
+    response = Response(view[1])
+    if getattr(request, "wait_refused", False):
+        # Over the cap of concurrent waits: answered at once; ask again in a second.
+        response["Retry-After"] = "1"
+    return response
 
 
 @extend_schema(request=None, responses=OBJ)
