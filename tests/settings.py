@@ -13,6 +13,9 @@ os.environ.setdefault("SAFE_RETRY_DELAY_SECONDS", "3")
 os.environ.setdefault("DISPATCH_LEASE_GRACE_SECONDS", "3")
 os.environ.setdefault("RECONCILE_LEASE_GRACE_SECONDS", "3")
 os.environ.setdefault("SWEEP_INTERVAL_SECONDS", "1")
+# The console's background re-read on opening an action adds reads the tests do not expect
+# (its own test turns it on).
+os.environ.setdefault("CONSOLE_REREAD_AFTER_SECONDS", "3600")
 
 from console.settings import *  # noqa: F403
 

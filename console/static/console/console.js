@@ -128,6 +128,13 @@
     if (diff && field) field.value = diff.getAttribute("data-read") || "";
   }
   document.addEventListener("htmx:load", syncRead);
+  // The background re-read on opening landed: show it (and decide on it) at once, not at the
+  // next poll, so a quick resolve is not refused for a read the operator never saw.
+  document.addEventListener("htmx:afterRequest", function (event) {
+    if (event.detail.elt.hasAttribute && event.detail.elt.hasAttribute("data-reread")) {
+      htmx.trigger(document.body, "reread");
+    }
+  });
   document.addEventListener("htmx:afterSettle", syncRead);
 
   // --- guarded regions: a touched form is never replaced --------------------------------
