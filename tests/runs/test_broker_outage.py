@@ -10,6 +10,7 @@ import pytest
 from django.conf import settings
 
 from runs.models import Action
+from runs.wakeup import wakeup_taken
 
 pytestmark = [
     pytest.mark.worker,
@@ -40,6 +41,9 @@ def test_proposal_succeeds_while_the_broker_is_down_and_is_swept_later(
     world.tool("update_ticket")
     run = world.start_run()
     target = f"ticket:{uuid.uuid4().hex[:8]}"
+    # No wake-up pending from earlier tests (proposals nobody drained): this proposal's
+    # wake-up must really be attempted, and fail, for the log line below to exist.
+    wakeup_taken()
     with broker_down(settings), caplog.at_level(logging.ERROR):
         response = world.propose(
             run["id"],
