@@ -61,7 +61,7 @@ bench: $(STAMP)
 soak: $(STAMP)
 	$(BIN)/python manage.py soak $(SOAK_ARGS)
 
-# 1280×800 screenshots of the console with demo data, into ./var/screenshots/.
+# Screenshots of every console page at 1280×800 and 390×844, with demo data, into ./var/screenshots/.
 screenshots: $(STAMP) $(CHROMIUM)
 	$(BIN)/pytest tests/console/screenshots.py -q -p no:logging
 

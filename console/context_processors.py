@@ -1,7 +1,77 @@
+from functools import cached_property
+
+
 def scope(request):
-    """The signed-in operator's scope (current tenant, roles, memberships) for every page.
+    """The signed-in operator's scope (current tenant, roles, memberships) for every page,
+    and the navigation's counts for their roles.
 
     Set by the console views' `operator_required`; None on the sign-in page and on error
     pages raised before it ran.
     """
-    return {"scope": getattr(request, "scope", None)}
+    from django.utils import timezone
+
+    current = getattr(request, "scope", None)
+    return {
+        "scope": current,
+        "nav_counts": NavCounts(current),
+        "tz_name": timezone.get_current_timezone_name(),
+    }
+
+
+class NavCounts:
+    """What waits for this operator in the current tenant, per role: pending approval
+    requests for an approver, unknown and needs_human actions for an on-call person.
+
+    Lazy, and one query for both: only a template that shows a count pays for it, so the
+    live partials (queue rows, action state) cost nothing more.
+    """
+
+    def __init__(self, scope):
+        self.scope = scope
+
+    @cached_property
+    def _counts(self) -> tuple[int, int]:
+        if self.scope is None:
+            return 0, 0
+        from django.db.models import Count, OuterRef, Subquery
+        from django.db.models.functions import Coalesce
+        from django.utils import timezone
+
+        from approvals.models import ApprovalRequest, RequestState
+        from core.models import Tenant
+        from runs.models import Action
+        from runs.states import ActionState
+
+        def count(qs):
+            return Coalesce(
+                Subquery(qs.order_by().values("tenant").annotate(n=Count("pk")).values("n")), 0
+            )
+
+        pending = ApprovalRequest.objects.filter(
+            tenant=OuterRef("pk"), state=RequestState.PENDING, expires_at__gt=timezone.now()
+        )
+        # The open-queue partial index covers this (state IN open states, not acknowledged).
+        oncall = Action.objects.filter(
+            tenant=OuterRef("pk"),
+            state__in=[ActionState.UNKNOWN, ActionState.NEEDS_HUMAN],
+            acknowledged_at__isnull=True,
+        )
+        row = (
+            Tenant.objects.filter(pk=self.scope.tenant.pk)
+            .annotate(approvals=count(pending), oncall=count(oncall))
+            .values_list("approvals", "oncall")
+            .first()
+        )
+        return row or (0, 0)
+
+    @property
+    def approvals(self) -> int:
+        return self._counts[0] if self.scope and self.scope.is_approver else 0
+
+    @property
+    def oncall(self) -> int:
+        return self._counts[1] if self.scope and self.scope.is_oncall else 0
+
+    @property
+    def title(self) -> int:
+        return self.approvals + self.oncall

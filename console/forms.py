@@ -55,6 +55,9 @@ class ResolveForm(forms.Form):
     )
     reason = _reason_field(placeholder="What you checked, and what you found")
     override_claim = forms.BooleanField(required=False)
+    # The read of the authoritative state the operator was looking at (the service refuses
+    # a decision on a read that is too old or no longer the latest).
+    based_on_read = forms.IntegerField(required=False, min_value=1)
 
 
 class GrantForm(forms.Form):
@@ -86,6 +89,30 @@ class ForceReplayForm(forms.Form):
         return typed
 
 
+class ActionFilterForm(forms.Form):
+    """All actions: any state, tool, principal, age and tenant (choices from the scope)."""
+
+    tenant = forms.ChoiceField(required=False, label="Tenant")
+    state = forms.ChoiceField(
+        required=False,
+        label="State",
+        choices=[("", "Any state")] + [(s, ActionState(s).label) for s in ActionState.values],
+    )
+    tool = forms.ChoiceField(required=False, label="Tool")
+    principal = forms.ChoiceField(required=False, label="Principal")
+    age = forms.ChoiceField(required=False, label="Age", choices=list(AGE_LABELS.items()))
+
+    def __init__(self, data, *, tenants, tools, principals, current_slug):
+        super().__init__(data)
+        tenant_choices = [(t.slug, t.slug) for t in tenants]
+        if len(tenants) > 1:
+            tenant_choices.append(("*", "All my tenants"))
+        self.fields["tenant"].choices = tenant_choices
+        self.fields["tenant"].initial = current_slug
+        self.fields["tool"].choices = [("", "All tools")] + [(n, n) for n, _ in tools]
+        self.fields["principal"].choices = [("", "All principals")] + [(n, n) for n in principals]
+
+
 class RunFilterForm(forms.Form):
     status = forms.ChoiceField(
         required=False,
@@ -94,18 +121,13 @@ class RunFilterForm(forms.Form):
 
 
 class AuditFilterForm(forms.Form):
-    actor = forms.CharField(
-        required=False,
-        max_length=170,
-        label="Actor",
-        widget=forms.TextInput(attrs={"placeholder": "name or kind:name"}),
-    )
-    verb = forms.CharField(
-        required=False,
-        max_length=64,
-        label="Verb",
-        widget=forms.TextInput(attrs={"placeholder": "action.failed, or action.", "list": "verbs"}),
-    )
+    """Actors and verbs are picked from lists (the tenant's operators and principals, the
+    system's actors; every verb Takeover writes, and each family as a prefix), not typed.
+    A value from a link that is not in the list (an operator since removed) is still
+    accepted when well-formed."""
+
+    actor = forms.ChoiceField(required=False, label="Actor")
+    verb = forms.ChoiceField(required=False, label="Verb")
     object = forms.CharField(
         required=False,
         max_length=64,
@@ -115,15 +137,35 @@ class AuditFilterForm(forms.Form):
     since = forms.DateTimeField(
         required=False,
         label="From (UTC)",
+        error_messages={"invalid": "Give the start as a date and time, e.g. 2026-11-30 09:00."},
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
         input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"],
     )
     until = forms.DateTimeField(
         required=False,
         label="To (UTC)",
+        error_messages={"invalid": "Give the end as a date and time, e.g. 2026-11-30 18:00."},
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
         input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"],
     )
+
+    def __init__(self, data=None, *, actors=(), verbs=()):
+        super().__init__(data)
+        from django.utils import timezone
+
+        zone = timezone.get_current_timezone_name()
+        self.fields["since"].label = f"From ({zone})"
+        self.fields["until"].label = f"To ({zone})"
+        actor_choices = [("", "Anyone")] + [(a, a) for a in actors]
+        verb_choices = [("", "Any verb")] + [
+            (v, f"{v[:-1]} (all of them)" if v.endswith(".") else v) for v in verbs
+        ]
+        data = data or {}
+        for name, choices in (("actor", actor_choices), ("verb", verb_choices)):
+            given = data.get(name, "")
+            if given and len(given) <= 170 and "\x00" not in given and given not in dict(choices):
+                choices.append((given, given))
+            self.fields[name].choices = choices
 
     def filters(self) -> dict:
         """The valid filters; an invalid one is reported by the form and left out."""

@@ -189,7 +189,10 @@ class QueuePage:
 def _open_actions(filters: QueueFilters, *, now=None):
     # `state IN (open states)` is always present, so the planner can prove the predicate of
     # the partial index action_open_queue (tenant, created_at, id) and use it.
-    qs = Action.objects.filter(tenant_id__in=filters.tenant_ids, state__in=OPEN_FOR_HUMANS)
+    # Acknowledged blocked actions have left the queue (runs.services.action_acknowledge).
+    qs = Action.objects.filter(
+        tenant_id__in=filters.tenant_ids, state__in=OPEN_FOR_HUMANS, acknowledged_at__isnull=True
+    )
     if filters.tool_ids is not None:
         qs = qs.filter(tool_id__in=filters.tool_ids)
     if older := AGES.get(filters.age):
@@ -327,6 +330,7 @@ VERB_TITLES = {
     "action.needs_human": "Handed to a person",
     "action.blocked": "Blocked",
     "action.claim": "Claimed by an operator",
+    "action.acknowledge": "Blocked action acknowledged",
     "action.release": "Claim released",
     "action.recheck": "Re-checked by hand",
     "action.reconcile_failed": "Reconciliation read failed",
@@ -416,8 +420,12 @@ def action_history(action: Action):
     return attempts, reads, events
 
 
+# Audit verbs whose content the timeline already shows as a read (said once, not twice).
+SHOWN_AS_READS = {"action.reconcile_failed", "action.recheck"}
+
+
 def action_timeline(attempts, reads, events) -> list[TimelineEntry]:
-    entries = [_audit_entry(e) for e in events]
+    entries = [_audit_entry(e) for e in events if e.verb not in SHOWN_AS_READS]
     for a in attempts:
         outcome = a.outcome or "in flight"
         title = f"Dispatch attempt {a.number}: {outcome.replace('_', ' ')}"
@@ -491,6 +499,10 @@ class Diff:
     def mismatches(self) -> list[str]:
         return [r.field for r in self.rows if not r.matches]
 
+    @property
+    def read_age(self) -> str:
+        return age_label(self.read.at) if self.read else ""
+
 
 def action_diff(action: Action, reads) -> Diff:
     latest = reads[-1] if reads else None
@@ -545,16 +557,27 @@ def approvals_inbox(tenant, *, recent=20):
         .order_by("-decided_at", "-pk")[:recent]
     )
     ids = [r.action_id for r in pending + decided]
-    states = dict(Action.objects.filter(pk__in=ids).values_list("pk", "state"))
+    # The approver's context (issue 12, part 6): the agent's reason and the run it belongs
+    # to, with how many actions it proposed. One query for all rows.
+    actions = {
+        a.pk: a
+        for a in Action.objects.filter(pk__in=ids)
+        .select_related("run")
+        .annotate(run_actions=Count("run__actions"))
+    }
+    states = {pk: a.state for pk, a in actions.items()}
     approvals = {
         a.request_id: a for a in Approval.objects.filter(request__in=[r.pk for r in decided])
     }
     now = timezone.now()
+    sla = timedelta(seconds=tenant.approval_sla_seconds) if tenant.approval_sla_seconds else None
     for r in pending + decided:
         r.action_state = states.get(r.action_id)
         r.action_state_label = ActionState(r.action_state).label.lower() if r.action_state else ""
     for r in pending:
+        r.action = actions.get(r.action_id)
         r.age = age_label(r.created_at, now)
+        r.over_sla = sla is not None and now - r.created_at > sla
         r.expires_in = age_label(now, r.expires_at)
         r.desired_rows = [(k, compact_json(v)) for k, v in r.desired_state.items()]
         r.waiting = r.action_state == ActionState.AWAITING_APPROVAL and r.expires_at > now
@@ -565,7 +588,48 @@ def approvals_inbox(tenant, *, recent=20):
 
 
 def pending_signature(pending) -> str:
-    return signature([(str(r.pk), r.action_state) for r in pending])
+    return signature(
+        [
+            (str(r.pk), r.action_state, r.action.run.status if r.action else "", r.over_sla)
+            for r in pending
+        ]
+    )
+
+
+@dataclass
+class TargetState:
+    """The target's authoritative state now, against what a request would set (a preview
+    for the approver: read, compared, shown, and not stored)."""
+
+    read: object  # runs.dispatch.Read
+    rows: list
+    expected_version: int | None
+    at: datetime
+
+    @property
+    def differs(self) -> list[str]:
+        return [r.field for r in self.rows if not r.matches]
+
+
+def target_state_now(request) -> TargetState:
+    from runs import dispatch  # the tool protocol's read lives with the dispatcher
+
+    action = Action.objects.select_related("tool").get(pk=request.action_id)
+    read = dispatch.read_authoritative(action)
+    rows = []
+    if read.verdict is None:
+        for name, wanted in request.desired_state.items():
+            present = name in read.state
+            rows.append(
+                DiffRow(
+                    field=name,
+                    desired=compact_json(wanted),
+                    actual=compact_json(read.state[name]) if present else "(absent)",
+                    matches=present and read.state[name] == wanted,
+                    present=present,
+                )
+            )
+    return TargetState(read, rows, request.expected_version, timezone.now())
 
 
 # --- runs ----------------------------------------------------------------------------------
@@ -602,7 +666,7 @@ def run_detail(run: Run) -> RunDetail:
     actions = list(run.actions.select_related("tool").order_by("created_at", "pk"))
     gateway = {a.tool.name for a in actions if a.state in GATEWAY_CALLED}
     executed = tools_executed(run, gateway)
-    verdict = replay_verdict(run, executed)
+    verdict = replay_verdict(run, executed, actions)
     replayed_by = list(
         Replay.objects.filter(original_run=run).select_related("new_run").order_by("at")
     )
@@ -613,6 +677,104 @@ def run_detail(run: Run) -> RunDetail:
 def replays_page(tenant, cursor=None):
     qs = Replay.objects.filter(tenant=tenant).select_related("original_run", "new_run")
     return keyset(qs, cursor, field_name="at", descending=True)
+
+
+# --- find anything: search and all actions ---------------------------------------------------
+
+SEARCH_LIMIT = 50
+
+
+@dataclass
+class SearchResult:
+    query: str
+    kind: str  # what the query was taken for: "id", "id prefix", "key or target", ""
+    actions: list
+    runs: list
+
+    @property
+    def total(self) -> int:
+        return len(self.actions) + len(self.runs)
+
+    @property
+    def only_link(self) -> str | None:
+        """The deep link when exactly one thing matched."""
+        from django.urls import reverse
+
+        if len(self.actions) + len(self.runs) != 1:
+            return None
+        if self.actions:
+            return reverse("console:action", args=[self.actions[0].pk])
+        return reverse("console:run", args=[self.runs[0].pk])
+
+
+HEX = set("0123456789abcdef")
+
+
+def search(scope: Scope, query: str) -> SearchResult:
+    """One box for an action id, a run id (full, or the 8-character prefix the console
+    shows), an idempotency key (every generation of it) or a target (exact), across the
+    operator's tenants. Each lookup uses an index: the primary keys (a prefix becomes a
+    key range), the ledger's (tenant, key) and action_by_target."""
+    import uuid
+
+    from ledger.models import LedgerEntry
+
+    q = query.strip()
+    tenants = scope.tenant_ids
+    actions = Action.objects.filter(tenant_id__in=tenants).select_related("tool", "tenant")
+    runs = Run.objects.filter(tenant_id__in=tenants).select_related("principal", "tenant")
+    if not q or "\x00" in q:
+        return SearchResult(q, "", [], [])
+    compact = q.lower().replace("-", "")
+    if len(compact) == 32 and set(compact) <= HEX:
+        pk = uuid.UUID(compact)
+        found_actions = list(actions.filter(pk=pk))
+        found_runs = list(runs.filter(pk=pk))
+        if found_actions or found_runs:
+            return SearchResult(q, "id", found_actions, found_runs)
+    elif 4 <= len(compact) < 32 and set(compact) <= HEX and "-" not in q[:8]:
+        low = uuid.UUID(compact.ljust(32, "0"))
+        high = uuid.UUID(compact.ljust(32, "f"))
+        found_actions = list(actions.filter(pk__gte=low, pk__lte=high)[:SEARCH_LIMIT])
+        found_runs = list(runs.filter(pk__gte=low, pk__lte=high)[:SEARCH_LIMIT])
+        if found_actions or found_runs:
+            return SearchResult(q, "id prefix", found_actions, found_runs)
+    by_key = LedgerEntry.objects.filter(tenant_id__in=tenants, key=q).values("action_id")
+    found = actions.filter(Q(pk__in=by_key) | Q(target=q)).order_by("-created_at", "-pk")
+    return SearchResult(q, "key or target", list(found[:SEARCH_LIMIT]), [])
+
+
+@dataclass
+class ActionFilters:
+    tenant_ids: list
+    state: str = ""
+    tool_ids: list | None = None
+    principal: str = ""
+    age: str = ""  # a key of AGES: older than
+
+
+def all_actions(filters: ActionFilters):
+    """Every action, whatever its state, under the filters (newest first via `keyset`)."""
+    qs = Action.objects.filter(tenant_id__in=filters.tenant_ids).select_related(
+        "tool", "principal", "tenant", "run"
+    )
+    if filters.state:
+        qs = qs.filter(state=filters.state)
+    if filters.tool_ids is not None:
+        qs = qs.filter(tool_id__in=filters.tool_ids)
+    if filters.principal:
+        qs = qs.filter(principal__name=filters.principal)
+    if older := AGES.get(filters.age):
+        qs = qs.filter(created_at__lte=timezone.now() - older)
+    return qs
+
+
+def principal_names(tenant_ids) -> list[str]:
+    from core.models import Principal
+
+    return sorted(
+        set(Principal.objects.filter(tenant_id__in=tenant_ids).values_list("name", flat=True))
+    )
 
 
 # --- audit ---------------------------------------------------------------------------------
@@ -644,6 +806,23 @@ def audit_queryset(tenant, *, actor="", verb="", obj="", since=None, until=None)
     return qs
 
 
+SYSTEM_ACTORS = ["system:dispatcher", "system:reconciler", "system:sweeper", "system:takeover"]
+
+
+def audit_actors(tenant) -> list[str]:
+    """Who can appear in this tenant's audit log: its operators, its principals and the
+    system's own actors, as "kind:name" (two small indexed queries, not a scan of the log)."""
+    from core.models import Principal
+
+    operators = Membership.objects.filter(tenant=tenant).values_list("user__username", flat=True)
+    principals = Principal.objects.filter(tenant=tenant).values_list("name", flat=True)
+    return (
+        [f"operator:{name}" for name in sorted(operators)]
+        + [f"principal:{name}" for name in sorted(principals)]
+        + SYSTEM_ACTORS
+    )
+
+
 # Suggestions for the audit filter (a datalist; any verb may be typed). "x." means a prefix.
 AUDIT_VERBS = sorted(
     {
@@ -652,8 +831,70 @@ AUDIT_VERBS = sorted(
         *("force_replay", "run.replay", "run.start", "run.claim", "run.success", "run.error"),
         *("run.cancelled", "tool.create", "principal.create", "operator.grant_role"),
         *("token.issue", "token.revoke", "token.rotate", "audit.archive"),
+        *("action.acknowledge", "force_replay.", "force_replay.request", "force_replay.confirm"),
+        *("force_replay.reject", "tenant.settings"),
     }
 )
+
+
+@dataclass
+class ConflictView:
+    conflict: object
+    rows: list  # (field, existing, attempted, differs)
+
+
+def conflicts_page(tenant_ids, cursor=None):
+    """Refused proposals (422 idempotency-conflict), newest first, each with both intents
+    side by side: the action holding the key, and what was attempted under it."""
+    from runs.models import IdempotencyConflict
+
+    qs = IdempotencyConflict.objects.filter(tenant_id__in=tenant_ids).select_related(
+        "principal", "tenant", "existing_action__tool"
+    )
+    rows, next_cursor = keyset(qs, cursor, field_name="at", descending=True)
+    views = []
+    for c in rows:
+        held = c.existing_action
+        existing = (
+            {
+                "tool": held.tool.name,
+                "target": held.target,
+                "desired_state": held.desired_state,
+                "expected_version": held.expected_version,
+            }
+            if held
+            else {}
+        )
+        fields = []
+        for name in ("tool", "target", "desired_state", "expected_version"):
+            mine, theirs = existing.get(name), c.attempted.get(name)
+            fields.append((name, compact_json(mine), compact_json(theirs), mine != theirs))
+        views.append(ConflictView(c, fields))
+    return views, next_cursor
+
+
+def next_open_action(scope: Scope, after: Action) -> Action | None:
+    """The oldest open action in the same tenant that this operator's roles can work, not
+    held by someone else (after.pk excluded). One query on the open-queue index."""
+    states = []
+    if scope.has_role(Role.ONCALL, after.tenant_id):
+        states += [ActionState.UNKNOWN, ActionState.NEEDS_HUMAN, ActionState.BLOCKED]
+    if scope.has_role(Role.APPROVER, after.tenant_id):
+        states.append(ActionState.AWAITING_APPROVAL)
+    if not states:
+        return None
+    return (
+        Action.objects.filter(
+            tenant_id=after.tenant_id,
+            state__in=states,
+            acknowledged_at__isnull=True,
+        )
+        .filter(Q(claimed_by__isnull=True) | Q(claimed_by=scope.user))
+        .exclude(pk=after.pk)
+        .select_related("tool")
+        .order_by("created_at", "id")
+        .first()
+    )
 
 
 def is_terminal(action) -> bool:

@@ -82,6 +82,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "console.timezones.OperatorTimeZoneMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -286,6 +287,12 @@ RECONCILE_LEASE_GRACE_SECONDS = env_float("RECONCILE_LEASE_GRACE_SECONDS", 10)
 APPROVAL_REQUEST_TTL_SECONDS = env_float("APPROVAL_REQUEST_TTL_SECONDS", 24 * 3600)
 RUN_STALE_AFTER = env_float("RUN_STALE_AFTER", 6 * 3600)
 ACTION_WAIT_MAX_SECONDS = 30
+# A resolve decided on a read of the authoritative state older than this is refused until
+# someone re-reads (issue 12: decisions are not made on a stale diff).
+RESOLVE_READ_MAX_AGE_SECONDS = env_float("RESOLVE_READ_MAX_AGE_SECONDS", 60)
+# Opening an unknown / needs_human action re-reads in the background when the latest read is
+# older than this (on-call only; the read is side-effect free).
+CONSOLE_REREAD_AFTER_SECONDS = env_float("CONSOLE_REREAD_AFTER_SECONDS", 10)
 
 # Observability. LOG_FORMAT=json: one JSON object per line with the request id, tenant,
 # actor, run and action where known (core/logs.py).

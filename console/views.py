@@ -17,25 +17,29 @@ import csv
 import json
 from functools import wraps
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
-from django.shortcuts import render
+from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect, HttpResponseLocation
 
-from core.errors import DomainError, StateConflict
+from core.errors import DomainError, StaleRead, StateConflict
 from core.models import Role
+from core.services import tenant_settings_update
 from runs import dispatch, services
-from runs.models import Replay
+from runs.models import ForceReplayRequest, ForceRequestState, Replay
 from runs.states import OPEN_FOR_HUMANS, ActionState
 
 from . import selectors as sel
 from .forms import (
+    ActionFilterForm,
     AuditFilterForm,
     DenyForm,
     ForceReplayForm,
@@ -113,12 +117,49 @@ def _query(request, **changes) -> str:
     return params.urlencode()
 
 
+def _remember_form(request, key: str, form) -> None:
+    """Post/Redirect/Get for a plain form with errors: what was typed and what was wrong
+    are kept in the session for the page the browser is sent back to (a reload of that page
+    is a harmless GET, not a 405 on the POST URL)."""
+    data = {k: v for k, v in form.data.items() if k != "csrfmiddlewaretoken"}
+    errors = {name: [str(e) for e in errs] for name, errs in form.errors.items()}
+    request.session[f"form:{key}"] = {"data": data, "errors": errors}
+
+
+def _recall_form(request, key: str, make):
+    """The form remembered by `_remember_form`, bound and with its errors; or None."""
+    saved = request.session.pop(f"form:{key}", None)
+    if not saved:
+        return None
+    form = make(saved["data"])
+    form.is_valid()
+    for name, messages_ in saved["errors"].items():
+        if name not in form.errors:
+            for message in messages_:
+                form.add_error(None if name == "__all__" else name, message)
+    return form
+
+
 # --- sign-in and tenant --------------------------------------------------------------------
 
 
 class LoginView(auth_views.LoginView):
     template_name = "console/login.html"
     redirect_authenticated_user = True
+
+    def form_valid(self, form):
+        response = super().form_valid(form)
+        from .timezones import remember_on_sign_in
+
+        remember_on_sign_in(self.request, form.get_user())
+        return response
+
+    def get_default_redirect_url(self):
+        """Approvers who are not on-call land on Approvals, the page they can act on."""
+        scope = sel.scope_for(self.request.user, self.request.session)
+        if scope and scope.is_approver and not scope.is_oncall:
+            return reverse("console:approvals")
+        return super().get_default_redirect_url()
 
 
 @require_POST
@@ -193,6 +234,164 @@ def queue(request):
     return render(request, "console/queue.html", context)
 
 
+@operator_required()
+def preferences(request):
+    """The operator's own preferences: the time zone the console shows times in."""
+    from core.services import operator_set_time_zone
+
+    from .timezones import SESSION_KEY, zone_choices
+
+    if request.method == "POST":
+        try:
+            name = operator_set_time_zone(request.user, time_zone=request.POST.get("time_zone", ""))
+        except DomainError as exc:
+            messages.error(request, f"Not saved: {exc.detail}")
+        else:
+            request.session[SESSION_KEY] = name
+            messages.success(request, f"Times are now shown in {name}.")
+        return _go(request, reverse("console:preferences"))
+    return render(
+        request,
+        "console/preferences.html",
+        {
+            "section": "preferences",
+            "zones": zone_choices(),
+            "current": timezone.get_current_timezone_name(),
+        },
+    )
+
+
+@operator_required()
+def nav_counts(request):
+    """The navigation's counts, out of band (polled by every page while it is visible)."""
+    return render(request, "console/_nav_counts.html", {"oob": True})
+
+
+# --- find anything ---------------------------------------------------------------------------
+
+
+@operator_required()
+def search(request):
+    """One box: an action or run id (or its 8-character prefix), an idempotency key, a
+    target. Exactly one match goes straight to it; otherwise a list."""
+    result = sel.search(request.scope, request.GET.get("q", "")[:300])
+    if result.only_link and not request.GET.get("list"):
+        return HttpResponseRedirect(result.only_link)
+    return render(request, "console/search.html", {"section": "search", "result": result})
+
+
+def _action_filters(request):
+    scope = request.scope
+    slug = request.GET.get("tenant") or scope.tenant.slug
+    if slug == "*":
+        tenant_ids = scope.tenant_ids
+    else:
+        tenant = scope.tenant_by_slug(slug)
+        if tenant is None:
+            raise Http404("No such tenant.")
+        tenant_ids = [tenant.pk]
+    tools = sel.queue_tools(scope, tenant_ids)
+    form = ActionFilterForm(
+        {k: request.GET.get(k, "") for k in ("state", "tool", "principal", "age")}
+        | {"tenant": slug},
+        tenants=[m.tenant for m in scope.memberships],
+        tools=tools,
+        principals=sel.principal_names(tenant_ids),
+        current_slug=scope.tenant.slug,
+    )
+    form.is_valid()
+    data = form.cleaned_data
+    filters = sel.ActionFilters(
+        tenant_ids=tenant_ids,
+        state=data.get("state") or "",
+        tool_ids=dict(tools).get(data["tool"], []) if data.get("tool") else None,
+        principal=data.get("principal") or "",
+        age=data.get("age") or "",
+    )
+    return form, filters
+
+
+@operator_required()
+def actions_list(request):
+    form, filters = _action_filters(request)
+    rows, next_cursor = sel.keyset(
+        sel.all_actions(filters), sel.parse_cursor(request.GET.get("after")), descending=True
+    )
+    return render(
+        request,
+        "console/actions.html",
+        {
+            "section": "actions",
+            "form": form,
+            "rows": rows,
+            "multi_tenant": len(filters.tenant_ids) > 1,
+            "paged": bool(request.GET.get("after")),
+            "next_query": _query(request, after=next_cursor) if next_cursor else "",
+            "first_query": _query(request, after=None),
+            "csv_query": _query(request, after=None),
+        },
+    )
+
+
+@operator_required()
+def conflicts(request):
+    """Idempotency conflicts: a runtime deriving its keys badly shows up here."""
+    rows, next_cursor = sel.conflicts_page(
+        [request.scope.tenant.pk], sel.parse_cursor(request.GET.get("after"))
+    )
+    return render(
+        request,
+        "console/conflicts.html",
+        {
+            "section": "actions",
+            "rows": rows,
+            "paged": bool(request.GET.get("after")),
+            "next_query": _query(request, after=next_cursor) if next_cursor else "",
+            "first_query": _query(request, after=None),
+        },
+    )
+
+
+@operator_required()
+def actions_csv(request):
+    _, filters = _action_filters(request)
+    qs = sel.all_actions(filters).order_by("-created_at", "-pk")
+    header = [
+        "created_at",
+        "id",
+        "tenant",
+        "run",
+        "principal",
+        "tool",
+        "target",
+        "state",
+        "block_reason",
+        "failure_reason",
+        "resolution",
+        "idempotency_key",
+        "acknowledged_at",
+    ]
+    rows = (
+        [
+            a.created_at.isoformat(),
+            str(a.pk),
+            a.tenant.slug,
+            str(a.run_id),
+            a.principal.name,
+            a.tool.name,
+            a.target,
+            a.state,
+            a.block_reason,
+            a.failure_reason,
+            a.resolution,
+            a.idempotency_key,
+            a.acknowledged_at.isoformat() if a.acknowledged_at else "",
+        ]
+        for a in qs.iterator(chunk_size=1000)
+    )
+    return _csv_response(f"actions-{request.scope.tenant.slug}.csv", header, rows)
+
+
 # --- one action ----------------------------------------------------------------------------
 
 
@@ -224,9 +423,20 @@ def _action_context(request, action, **extra) -> dict:
         len(events),
     )
     controls_signature = sel.signature(action.state, action.claimed_by_id)
+    change_text, change_at = _controls_change(action, claimed_by_me)
+    latest_read = reads[-1] if reads else None
+    read_age = (timezone.now() - latest_read.at).total_seconds() if latest_read else None
+    resolvable = action.state in {ActionState.UNKNOWN, ActionState.NEEDS_HUMAN}
     context = {
         "section": "queue",
         "action": action,
+        "latest_read": latest_read,
+        "read_max_age": int(settings.RESOLVE_READ_MAX_AGE_SECONDS),
+        "read_is_stale": read_age is not None and read_age > settings.RESOLVE_READ_MAX_AGE_SECONDS,
+        # Opening the page re-reads in the background when the last read is not fresh.
+        "auto_reread": oncall
+        and resolvable
+        and (read_age is None or read_age > settings.CONSOLE_REREAD_AFTER_SECONDS),
         "timeline": sel.action_timeline(attempts, reads, events),
         "diff": diff,
         "attempts": attempts,
@@ -234,29 +444,54 @@ def _action_context(request, action, **extra) -> dict:
         "desired_rows": [(k, sel.compact_json(v)) for k, v in action.desired_state.items()],
         "can_oncall": oncall,
         "can_approve": approver,
-        "resolvable": action.state in {ActionState.UNKNOWN, ActionState.NEEDS_HUMAN},
-        "claimable": action.state in OPEN_FOR_HUMANS,
+        "resolvable": resolvable,
+        # A blocked action is final: nothing to claim, only to acknowledge.
+        "claimable": action.state in OPEN_FOR_HUMANS and action.state != ActionState.BLOCKED,
+        "acknowledgeable": action.state == ActionState.BLOCKED and not action.acknowledged_at,
         "claimed_by_me": claimed_by_me,
         "claimed_by_other": claimed_by_other,
         "pending_request": pending_request,
         "terminal": sel.is_terminal(action),
         "live_signature": live_signature,
         "controls_signature": controls_signature,
+        "change_text": change_text,
+        "change_at": change_at,
         "age": sel.age_label(action.created_at),
         "request_age": sel.age_label(pending_request.created_at) if pending_request else "",
         "resolve_form": ResolveForm(),
         "grant_form": GrantForm(),
         "deny_form": DenyForm(),
-        "reason_label": sel.queue_reason(action) if action.state in OPEN_FOR_HUMANS else "",
+        # Said once: a blocked action's reason is in its block_reason line already.
+        "reason_label": sel.queue_reason(action)
+        if action.state in OPEN_FOR_HUMANS and action.state != ActionState.BLOCKED
+        else "",
     }
+    if context["terminal"] or action.acknowledged_at:
+        # After a decision the page is not a dead end: the next thing this person can work.
+        context["next_item"] = sel.next_open_action(scope, action)
     context.update(extra)
     return context
+
+
+def _controls_change(action, claimed_by_me) -> tuple[str, object]:
+    """What a live update of the controls would tell an operator whose half-typed form it
+    does not replace (console.js shows it as a notice, with the age)."""
+    if action.state not in OPEN_FOR_HUMANS:
+        return f"This action is now {action.get_state_display().lower()}", action.updated_at
+    if action.claimed_by_id and not claimed_by_me:
+        return f"{action.claimed_by.get_username()} claimed this", action.claimed_at
+    if claimed_by_me:
+        return "You claimed this (in another window)", action.claimed_at
+    return "The claim on this action was released", action.updated_at
 
 
 @operator_required()
 def action_detail(request, pk):
     action = sel.get_action_for(request.scope, pk)
-    context = _action_context(request, action)
+    extra = {}
+    if not request.htmx and (form := _recall_form(request, f"resolve:{pk}", ResolveForm)):
+        extra["resolve_form"] = form
+    context = _action_context(request, action, **extra)
     if request.htmx and request.GET.get("live"):
         if request.GET.get("v") == context["live_signature"]:
             return HttpResponse(status=204)
@@ -284,13 +519,20 @@ def action_recheck(request, pk):
         )
         return _go(request, _action_url(action))
     action = dispatch.action_reconcile(action.pk, actor=scope.actor, manual=True)
+    if request.htmx and request.POST.get("background"):
+        # The page's own re-read on opening: the live region shows the new read.
+        return HttpResponse(status=204)
     read = action.reconciliations.order_by("-at", "-id").first()
     verdict = sel.VERDICT_LABELS.get(read.verdict, read.verdict) if read else "no read"
-    messages.success(
-        request,
+    text = (
         f"Re-checked the authoritative state: {verdict}. "
-        f"The action is {action.get_state_display().lower()}.",
+        f"The action is {action.get_state_display().lower()}."
     )
+    # Green only for success: a read that failed is a warning, not good news.
+    if read is None or read.verdict == "read_failed":
+        messages.warning(request, text)
+    else:
+        messages.success(request, text)
     return _go(request, _action_url(action))
 
 
@@ -344,19 +586,52 @@ def action_resolve(request, pk):
             "resolve it anyway.",
         )
     if not form.is_valid():
-        context = _action_context(request, action, resolve_form=form)
         if request.htmx:
+            context = _action_context(request, action, resolve_form=form)
             return render(request, "console/action.html#resolve-form", context, status=422)
-        return render(request, "console/action.html", context, status=400)
+        _remember_form(request, f"resolve:{action.pk}", form)
+        return _go(request, _action_url(action) + "#resolve-form")
     outcome = form.cleaned_data["outcome"]
     try:
         services.action_resolve(
-            action, outcome=outcome, reason=form.cleaned_data["reason"], actor=scope.actor
+            action,
+            outcome=outcome,
+            reason=form.cleaned_data["reason"],
+            actor=scope.actor,
+            based_on_read=form.cleaned_data["based_on_read"],
         )
+    except StaleRead as exc:
+        # Asks for a fresh read first; the typed reason stays in the form.
+        form.add_error(None, exc.detail)
+        if request.htmx:
+            context = _action_context(request, action, resolve_form=form)
+            return render(request, "console/action.html#resolve-form", context, status=422)
+        _remember_form(request, f"resolve:{action.pk}", form)
+        return _go(request, _action_url(action) + "#resolve-form")
     except StateConflict as exc:
         messages.error(request, exc.detail)
     else:
         messages.success(request, f"Resolved as {outcome}. The reason is in the audit log.")
+    return _go(request, _action_url(action))
+
+
+@require_POST
+@operator_required()
+def action_acknowledge(request, pk):
+    scope = request.scope
+    action = sel.get_action_for(scope, pk)
+    require_role(scope, action.tenant_id, Role.ONCALL)
+    note = request.POST.get("note", "").strip()[:2000]
+    try:
+        services.action_acknowledge(action, note=note, actor=scope.actor)
+    except StateConflict as exc:
+        messages.error(request, f"Not acknowledged: {exc.detail}")
+    else:
+        messages.success(
+            request,
+            "Acknowledged. It has left the queue; it stays findable from its run and the "
+            "audit log.",
+        )
     return _go(request, _action_url(action))
 
 
@@ -383,6 +658,20 @@ def approvals(request):
     return render(request, "console/approvals.html", context)
 
 
+@operator_required()
+def approval_target_state(request, pk):
+    """The target's authoritative state now, against the request's desired state. A read
+    through the tool protocol (side-effect free, bounded like a reconciliation read), not
+    stored: it informs a decision, it proves nothing about an effect."""
+    scope = request.scope
+    req = sel.get_request_for(scope, pk)
+    require_role(scope, req.tenant_id, Role.APPROVER)
+    context = {"section": "approvals", "req": req, "now_state": sel.target_state_now(req)}
+    if request.htmx:
+        return render(request, "console/approvals.html#target-state", context)
+    return render(request, "console/approval_state.html", context)
+
+
 @require_POST
 @operator_required()
 def approval_grant(request, pk):
@@ -404,7 +693,8 @@ def approval_grant(request, pk):
         messages.success(
             request,
             f"Granted {req.tool.name} on {req.target} until "
-            f"{approval.expires_at:%Y-%m-%d %H:%M} UTC. The action is queued for dispatch.",
+            f"{timezone.localtime(approval.expires_at):%Y-%m-%d %H:%M} "
+            f"{timezone.get_current_timezone_name()}. The action is queued for dispatch.",
         )
     return _go(request, back)
 
@@ -465,6 +755,8 @@ def _run_context(request, run, **extra) -> dict:
         "config_json": sel.pretty_json(run.config),
         "is_admin": request.scope.has_role(Role.ADMIN, run.tenant_id),
         "force_form": ForceReplayForm(run=run),
+        "waiting_force": run.force_requests.filter(state=ForceRequestState.PENDING).first(),
+        "four_eyes": run.tenant.four_eyes_force_replay,
         "short_id": str(run.pk)[:8],
     }
     context.update(extra)
@@ -474,7 +766,10 @@ def _run_context(request, run, **extra) -> dict:
 @operator_required()
 def run_detail(request, pk):
     run = sel.get_run_for(request.scope, pk)
-    return render(request, "console/run.html", _run_context(request, run))
+    extra = {}
+    if form := _recall_form(request, f"force:{pk}", lambda data: ForceReplayForm(data, run=run)):
+        extra["force_form"] = form
+    return render(request, "console/run.html", _run_context(request, run, **extra))
 
 
 def _run_url(run) -> str:
@@ -503,16 +798,24 @@ def run_force_replay(request, pk):
     require_role(scope, run.tenant_id, Role.ADMIN)
     form = ForceReplayForm(request.POST, run=run)
     if not form.is_valid():
-        context = _run_context(request, run, force_form=form)
         if request.htmx:
+            context = _run_context(request, run, force_form=form)
             return render(request, "console/run.html#force-form", context, status=422)
-        return render(request, "console/run.html", context, status=400)
+        _remember_form(request, f"force:{run.pk}", form)
+        return _go(request, _run_url(run) + "#force-form")
     try:
-        new_run = services.run_replay(
-            run, force=True, reason=form.cleaned_data["reason"], actor=scope.actor
+        new_run, waiting = services.run_force_replay(
+            run, reason=form.cleaned_data["reason"], actor=scope.actor
         )
     except DomainError as exc:
         messages.error(request, f"Not replayed: {exc.detail}")
+        return _go(request, _run_url(run))
+    if waiting is not None:
+        messages.info(
+            request,
+            "Four eyes: your force replay waits until a different admin confirms it. "
+            "Nothing has been replayed yet.",
+        )
         return _go(request, _run_url(run))
     messages.success(
         request,
@@ -520,6 +823,58 @@ def run_force_replay(request, pk):
         "are in the replay history.",
     )
     return _go(request, _run_url(new_run))
+
+
+@require_POST
+@operator_required()
+def force_request_decide(request, pk, decision):
+    scope = request.scope
+    req = get_object_or_404(
+        ForceReplayRequest.objects.select_related("run"), pk=pk, tenant_id__in=scope.tenant_ids
+    )
+    require_role(scope, req.tenant_id, Role.ADMIN)
+    try:
+        if decision == "confirm":
+            new_run = services.force_replay_confirm(req, actor=scope.actor)
+        else:
+            services.force_replay_reject(
+                req, reason=request.POST.get("reason", "").strip()[:2000], actor=scope.actor
+            )
+    except DomainError as exc:
+        messages.error(request, f"Not done: {exc.detail}")
+        return _go(request, _run_url(req.run))
+    if decision == "confirm":
+        messages.success(
+            request,
+            f"Confirmed. Forced replay created: run {str(new_run.pk)[:8]}, pending for a runtime.",
+        )
+        return _go(request, _run_url(new_run))
+    messages.info(request, "Rejected. Nothing was replayed.")
+    return _go(request, _run_url(req.run))
+
+
+@require_POST
+@operator_required(Role.ADMIN)
+def tenant_settings(request):
+    enabled = request.POST.get("four_eyes_force_replay") == "on"
+    minutes = request.POST.get("approval_sla_minutes", "").strip() or "0"
+    if not minutes.isdigit() or int(minutes) > 30 * 24 * 60:
+        messages.error(request, "Not saved: the approval SLA is a whole number of minutes.")
+        return _go(request, reverse("console:replays"))
+    tenant_settings_update(
+        request.scope.tenant,
+        actor=request.scope.actor,
+        four_eyes_force_replay=enabled,
+        approval_sla_seconds=int(minutes) * 60,
+    )
+    four_eyes = (
+        "Four-eyes force replay is on: a second admin must confirm each force replay."
+        if enabled
+        else "Four-eyes force replay is off: an admin's force replay happens at once."
+    )
+    sla = f"Approval SLA: {int(minutes)} min." if int(minutes) else "No approval SLA."
+    messages.success(request, f"{four_eyes} {sla}")
+    return _go(request, reverse("console:replays"))
 
 
 @operator_required(Role.ADMIN)
@@ -533,6 +888,9 @@ def replays(request):
         {
             "section": "replays",
             "rows": rows,
+            "waiting": ForceReplayRequest.objects.filter(
+                tenant=request.scope.tenant, state=ForceRequestState.PENDING
+            ).order_by("created_at"),
             "paged": bool(request.GET.get("after")),
             "next_query": _query(request, after=next_cursor) if next_cursor else "",
             "first_query": _query(request, after=None),
@@ -574,9 +932,15 @@ def replays_csv(request):
 # --- audit ---------------------------------------------------------------------------------
 
 
+def _audit_form(request) -> AuditFilterForm:
+    return AuditFilterForm(
+        request.GET, actors=sel.audit_actors(request.scope.tenant), verbs=sel.AUDIT_VERBS
+    )
+
+
 @operator_required(Role.ADMIN)
 def audit(request):
-    form = AuditFilterForm(request.GET)
+    form = _audit_form(request)
     qs = sel.audit_queryset(request.scope.tenant, **form.filters())
     rows, next_cursor = sel.keyset(
         qs, sel.parse_cursor(request.GET.get("after")), field_name="at", descending=True
@@ -611,7 +975,7 @@ def _change_text(event) -> str:
 
 @operator_required(Role.ADMIN)
 def audit_csv(request):
-    form = AuditFilterForm(request.GET)
+    form = _audit_form(request)
     qs = sel.audit_queryset(request.scope.tenant, **form.filters()).order_by("-at", "-pk")
     header = [
         "at",

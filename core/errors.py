@@ -20,6 +20,11 @@ class IllegalTransition(StateConflict):
     pass
 
 
+class StaleRead(StateConflict):
+    """A decision based on a read of the authoritative state that is too old, or not the
+    latest one. Answered like any state conflict (409 `state-conflict`)."""
+
+
 class IdempotencyConflict(DomainError):
     slug = "idempotency-conflict"
     status = 422

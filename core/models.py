@@ -19,6 +19,11 @@ class Tenant(models.Model):
     slug = models.SlugField(max_length=63, unique=True)
     name = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Four-eyes force replay: a force replay asked by one admin waits until a different
+    # admin confirms (or rejects) it. Off by default; admins switch it, audited.
+    four_eyes_force_replay = models.BooleanField(default=False)
+    # Approval SLA: pending requests older than this are highlighted for approvers (0: off).
+    approval_sla_seconds = models.PositiveIntegerField(default=0)
 
     def __str__(self):
         return self.slug
@@ -221,3 +226,12 @@ class AuditEvent(models.Model):
     @property
     def actor(self) -> dict:
         return {"kind": self.actor_kind, "name": self.actor_name}
+
+
+class OperatorPreference(models.Model):
+    """One operator's console preferences (not per tenant): the time zone times are shown in."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="preference"
+    )
+    time_zone = models.CharField(max_length=64, default="UTC")

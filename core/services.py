@@ -253,3 +253,40 @@ def tool_update(tool: Tool, *, actor: Actor, reason: str = "", **changes) -> Too
             actor=actor, verb="tool.update", obj=tool, before=before, after=changes, reason=reason
         )
     return tool
+
+
+TENANT_SETTINGS = {"four_eyes_force_replay", "approval_sla_seconds"}
+
+
+def tenant_settings_update(tenant: Tenant, *, actor: Actor, **changes) -> Tenant:
+    """Change a tenant's settings (admin). Audited with before and after."""
+    if unknown := set(changes) - TENANT_SETTINGS:
+        raise ValidationFailed("Not a setting.", {name: ["Unknown setting."] for name in unknown})
+    with transaction.atomic():
+        tenant = Tenant.objects.select_for_update(no_key=True).get(pk=tenant.pk)
+        before = {name: getattr(tenant, name) for name in changes}
+        for name, value in changes.items():
+            setattr(tenant, name, value)
+        tenant.save(update_fields=list(changes))
+        audit(
+            actor=actor,
+            verb="tenant.settings",
+            obj=tenant,
+            tenant=tenant,
+            before=before,
+            after=changes,
+        )
+    return tenant
+
+
+def operator_set_time_zone(user, *, time_zone: str) -> str:
+    """An operator's own display preference: the time zone the console shows times in.
+    Not a change to anything the product governs, so not audited."""
+    import zoneinfo
+
+    from .models import OperatorPreference
+
+    if time_zone not in zoneinfo.available_timezones():
+        raise ValidationFailed("Unknown time zone.", {"time_zone": ["Pick one from the list."]})
+    OperatorPreference.objects.update_or_create(user=user, defaults={"time_zone": time_zone})
+    return time_zone

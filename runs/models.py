@@ -12,7 +12,7 @@ from django.db import models
 from django.db.models import Q
 
 from .states import (
-    OPEN_FOR_HUMANS,
+    OPEN_FOR_HUMANS,  # the open queue also excludes acknowledged blocked actions
     UNSETTLED,
     ActionState,
     AttemptOutcome,
@@ -127,6 +127,18 @@ class Action(models.Model):
     # The id of the request that proposed it: the worker that dispatches it logs and audits
     # under the same id, so one proposal can be followed from HTTP to the tool call.
     request_id = models.CharField(max_length=64, blank=True, default="")
+    # The agent's own words for why it proposes this (shown to approvers; not part of the
+    # intent fingerprint, so a reworded reason is the same effect).
+    reason = models.TextField(blank=True, default="")
+    # A blocked action is final; an on-call person acknowledging it takes it out of the
+    # open queue (it stays findable from its run, the audit log and search).
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_by = models.JSONField(null=True, blank=True)
+    acknowledge_note = models.TextField(blank=True, default="")
+    # The read of the authoritative state an operator's resolve was decided on.
+    resolved_on_read = models.ForeignKey(
+        "Reconciliation", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
 
     class Meta:
         constraints = [
@@ -145,13 +157,17 @@ class Action(models.Model):
                 condition=Q(failure_reason="") | Q(state="failed"),
                 name="action_failure_reason_only_when_failed",
             ),
+            models.CheckConstraint(
+                condition=Q(acknowledged_at__isnull=True) | Q(state="blocked"),
+                name="action_acknowledged_only_when_blocked",
+            ),
         ]
         indexes = [
             # The open queue: what needs a person, oldest first (SPEC §8).
             models.Index(
                 fields=["tenant", "created_at", "id"],
                 include=["state", "tool"],  # counts per state and tool filters, index-only
-                condition=Q(state__in=OPEN_FOR_HUMANS),
+                condition=Q(state__in=OPEN_FOR_HUMANS, acknowledged_at__isnull=True),
                 name="action_open_queue",
             ),
             # The queue (docs: the database is the queue): each index is exactly one claim's
@@ -179,6 +195,10 @@ class Action(models.Model):
                 condition=Q(state__in=UNSETTLED),
                 name="action_unsettled",
             ),
+            # Search by target. (No (tenant, created_at) index for "All actions": the planner
+            # would prefer it to action_open_queue for the queue; All actions sorts a
+            # tenant's rows found through the tenant_id index instead.)
+            models.Index(fields=["tenant", "target"], name="action_by_target"),
         ]
 
     def __str__(self):
@@ -218,6 +238,68 @@ class Reconciliation(models.Model):
 
     class Meta:
         ordering = ["at", "id"]
+
+
+class IdempotencyConflict(models.Model):
+    """A proposal refused with 422 idempotency-conflict: the key was already used for a
+    different intent. Kept so that a runtime deriving its keys badly is visible, not silent:
+    the attempted intent, beside the action that holds the key."""
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey("core.Tenant", on_delete=models.PROTECT, related_name="+")
+    principal = models.ForeignKey("core.Principal", on_delete=models.PROTECT, related_name="+")
+    key = models.CharField(max_length=255)
+    existing_action = models.ForeignKey(
+        Action, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    attempted = models.JSONField()  # tool, target, desired_state, expected_version, run
+    request_id = models.CharField(max_length=64, blank=True, default="")
+    at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "-at"], name="conflict_recent")]
+
+
+class ForceRequestState(models.TextChoices):
+    PENDING = "pending"
+    CONFIRMED = "confirmed"
+    REJECTED = "rejected"
+
+
+class ForceReplayRequest(models.Model):
+    """Four-eyes force replay: one admin asks, a different admin confirms or rejects.
+
+    At most one waits per run (a partial unique index), so two admins asking at once get
+    one request and a 409."""
+
+    State = ForceRequestState
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey("core.Tenant", on_delete=models.PROTECT, related_name="+")
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="force_requests")
+    requested_by = models.JSONField()
+    reason = models.TextField()
+    tools_at_risk = models.JSONField(null=True, blank=True)
+    state = models.CharField(
+        max_length=16, choices=ForceRequestState.choices, default=ForceRequestState.PENDING
+    )
+    decided_by = models.JSONField(null=True, blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_reason = models.TextField(blank=True, default="")
+    new_run = models.OneToOneField(
+        Run, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run"], condition=Q(state="pending"), name="one_pending_force_per_run"
+            ),
+            _choices_check("state", ForceRequestState, "force_request_state_valid"),
+            models.CheckConstraint(condition=~Q(reason=""), name="force_request_has_reason"),
+        ]
+        indexes = [models.Index(fields=["tenant", "-created_at"], name="force_request_recent")]
 
 
 class Replay(models.Model):

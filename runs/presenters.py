@@ -1,6 +1,6 @@
 """Resource shapes of SPEC §7, as plain dicts. Fields may be added, never renamed."""
 
-from .services import GATEWAY_CALLED, tools_executed
+from .services import GATEWAY_CALLED, replay_verdict, tools_executed
 
 
 def _iso(value):
@@ -20,6 +20,7 @@ def attempt_dict(a) -> dict:
 
 def reconciliation_dict(r) -> dict:
     return {
+        "id": r.pk,
         "at": _iso(r.at),
         "authoritative": r.authoritative,
         "verdict": r.verdict,
@@ -84,6 +85,11 @@ def action_resource(
         "attempts": attempts,
         "reconciliations": reconciliations,
         "claimed_by": claimed_by,
+        "reason": action.reason or None,
+        "resolved_on_read": action.resolved_on_read_id,
+        "acknowledged_at": _iso(action.acknowledged_at),
+        "acknowledged_by": action.acknowledged_by,
+        "acknowledge_note": action.acknowledge_note or None,
         "created_at": _iso(action.created_at),
         "updated_at": _iso(action.updated_at),
     }
@@ -128,6 +134,9 @@ def run_dict(run, *, with_actions=True) -> dict:
         gateway = {a.tool.name for a in actions if a.state in GATEWAY_CALLED}
         data["tools_executed"] = tools_executed(run, gateway)
         data["actions"] = [action_summary(a) for a in actions]
+        # The replay rule's verdict as it stands (added field; issue 12): what a replay
+        # without force would answer, and which called tools operators cleared.
+        data["replay_verdict"] = replay_verdict(run, data["tools_executed"], actions).as_dict()
     else:
         data["tools_executed"] = tools_executed(run)
     return data

@@ -40,7 +40,8 @@ SELECT {columns(Action, "a")}, tn.slug, p.name, t.name, u.username,
       'http_status', x.http_status, 'detail', x.detail) ORDER BY x.number), '[]')
    FROM runs_attempt x WHERE x.action_id = a.id),
   (SELECT coalesce(json_agg(json_build_object(
-      'at', {_us("x.at")}, 'authoritative', x.authoritative, 'verdict', x.verdict,
+      'id', x.id, 'at', {_us("x.at")}, 'authoritative', x.authoritative,
+      'verdict', x.verdict,
       'diff', x.diff, 'expected_version', x.expected_version,
       'actual_version', x.actual_version, 'detail', x.detail, 'actor', x.actor)
       ORDER BY x.at, x.id), '[]')

@@ -6,7 +6,7 @@ The dispatch path (claim → HTTP → settle) and reconciliation live in `runs/d
 
 import hashlib
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
@@ -23,6 +23,7 @@ from core.errors import (
     InputGone,
     ReplayRefused,
     RunNotRunning,
+    StaleRead,
     StateConflict,
 )
 from ledger.models import LedgerStatus
@@ -34,7 +35,7 @@ from ledger.services import (
     ledger_set_status_many,
 )
 
-from .models import Action, Replay, Run
+from .models import Action, ForceReplayRequest, ForceRequestState, Replay, Run
 from .notify import CHANNEL, notify_settled
 from .states import IN_PROGRESS, BlockReason, Resolution, RunStatus, check_move
 from .states import ActionState as S
@@ -194,9 +195,9 @@ def action_settle_dispatch(
 
 def _after(to: str, fields: dict) -> dict:
     after = {"state": to}
-    for name in ("block_reason", "failure_reason", "resolution"):
+    for name in ("block_reason", "failure_reason", "resolution", "resolved_on_read_id"):
         if fields.get(name):
-            after[name] = fields[name]
+            after[name.removesuffix("_id")] = fields[name]
     return after
 
 
@@ -385,7 +386,59 @@ def intent_fingerprint(*, principal, tool, target, desired_state, expected_versi
     )
 
 
-def action_propose(
+def action_propose(**kwargs) -> tuple[Action, bool, bool]:
+    """`_action_propose`, and a refused proposal (422 idempotency-conflict) recorded: every
+    conflict is kept and listed for operators, with both intents side by side."""
+    try:
+        return _action_propose(**kwargs)
+    except IdempotencyConflict:
+        idempotency_conflict_record(
+            run=kwargs["run"],
+            tool=kwargs["tool"],
+            target=kwargs["target"],
+            desired_state=kwargs["desired_state"],
+            expected_version=kwargs["expected_version"],
+            key=kwargs["idempotency_key"],
+            actor=kwargs["actor"],
+        )
+        raise
+
+
+def idempotency_conflict_record(
+    *, run, tool, target, desired_state, expected_version, key, actor: Actor
+):
+    """Record one refused proposal and audit it, in its own transaction (the proposal's
+    own work, if any, was rolled back by the refusal)."""
+    from .models import IdempotencyConflict as Conflict
+
+    entry = ledger_live_entry(run.tenant, key)
+    with transaction.atomic():
+        conflict = Conflict.objects.create(
+            tenant=run.tenant,
+            principal=run.principal,
+            key=key,
+            existing_action_id=entry.action_id if entry else None,
+            attempted={
+                "run": str(run.pk),
+                "tool": tool.name,
+                "target": target,
+                "desired_state": desired_state,
+                "expected_version": expected_version,
+            },
+            request_id=request_id_var.get(),
+            at=timezone.now(),
+        )
+        audit(
+            actor=actor,
+            verb="idempotency.conflict",
+            obj=conflict,
+            tenant=run.tenant,
+            after={"key": key, "existing_action": str(conflict.existing_action_id)},
+        )
+    return conflict
+
+
+def _action_propose(
     *,
     run: Run,
     tool,
@@ -394,10 +447,14 @@ def action_propose(
     expected_version: int | None,
     idempotency_key: str,
     approval_id=None,
+    reason: str = "",
     actor: Actor,
     known=None,
 ) -> tuple[Action, bool, bool]:
     """Record a proposed side effect under its idempotency key.
+
+    `reason` is the agent's own words, kept for approvers; it is not part of the intent
+    fingerprint, and a ledger hit keeps the first proposal's reason.
 
     Returns (action, created, content_changed). A ledger hit with the same intent returns
     the existing action and dispatches nothing; a different intent raises
@@ -437,7 +494,13 @@ def action_propose(
             winner = ledger_live_entry(tenant, idempotency_key)
             return _ledger_hit(winner.fingerprint, _action_of(winner), intent_fp, desired_state)
         action = _create_action(
-            action_id, run=run, entry=entry, approval_id=approval_id, actor=actor, **intent
+            action_id,
+            run=run,
+            entry=entry,
+            approval_id=approval_id,
+            reason=reason,
+            actor=actor,
+            **intent,
         )
     return action, True, False
 
@@ -468,6 +531,7 @@ def _create_action(
     desired_state,
     expected_version,
     approval_id,
+    reason="",
     actor: Actor,
 ) -> Action:
     binding = {
@@ -497,6 +561,7 @@ def _create_action(
         approval_id=approval_id,
         enqueued_at=now if state == S.QUEUED else None,
         request_id=request_id_var.get(),
+        reason=reason,
         **binding,
     )
     if state == S.AWAITING_APPROVAL:
@@ -513,6 +578,7 @@ def _create_action(
                 "actor": actor,
                 "verb": "action.propose",
                 "obj": action,
+                "reason": reason,
                 "after": {
                     "state": state,
                     "block_reason": block_reason or None,
@@ -607,8 +673,17 @@ def approval_requests_expire(*, actor: Actor, limit: int = 200) -> int:
     return count
 
 
-def action_resolve(action: Action, *, outcome: str, reason: str, actor: Actor) -> Action:
-    """An on-call person settles an outcome Takeover could not prove."""
+def action_resolve(
+    action: Action, *, outcome: str, reason: str, actor: Actor, based_on_read=None
+) -> Action:
+    """An on-call person settles an outcome Takeover could not prove.
+
+    Fresh decisions: the decision is recorded with the read of the authoritative state it was
+    based on (the latest one). It is refused (StaleRead, a 409) when that read is older than
+    RESOLVE_READ_MAX_AGE_SECONDS, or when `based_on_read` (the read the operator was looking
+    at) is not the latest one any more. An action never read at all (the tool's state could
+    not even be asked for yet) may be resolved: there is nothing fresher to ask for.
+    """
     if outcome not in {S.SUCCEEDED, S.FAILED}:
         raise StateConflict("outcome must be succeeded or failed.")
     with transaction.atomic():
@@ -618,6 +693,20 @@ def action_resolve(action: Action, *, outcome: str, reason: str, actor: Actor) -
                 "Only an unknown or needs_human action can be resolved; "
                 f"this one is {action.state}."
             )
+        latest = action.reconciliations.order_by("-at", "-id").first()
+        if latest is not None:
+            if based_on_read is not None and str(based_on_read) != str(latest.pk):
+                raise StaleRead(
+                    "A newer read of the authoritative state arrived "
+                    f"({latest.at:%H:%M:%S} UTC, {latest.verdict}); look at it, then decide."
+                )
+            age = (timezone.now() - latest.at).total_seconds()
+            limit = settings.RESOLVE_READ_MAX_AGE_SECONDS
+            if age > limit:
+                raise StaleRead(
+                    f"The latest read of the authoritative state is {age:.0f} s old (the limit "
+                    f"is {limit:.0f} s). Re-check now, then decide on what it shows."
+                )
         action_move(
             action,
             outcome,
@@ -626,6 +715,41 @@ def action_resolve(action: Action, *, outcome: str, reason: str, actor: Actor) -
             resolution=Resolution.RESOLVED_BY_OPERATOR,
             resolution_reason=reason,
             next_reconcile_at=None,
+            resolved_on_read_id=latest.pk if latest else None,
+        )
+    return action
+
+
+def action_acknowledge(action: Action, *, note: str = "", actor: Actor) -> Action:
+    """An on-call person acknowledges a blocked action: it is final (never dispatched), and
+    once acknowledged it leaves the open queue and its counts. Nothing else changes: the
+    state stays `blocked`, and the action stays findable (run, audit log, search).
+
+    A conditional UPDATE, so two people acknowledging at once write one audit event; the
+    loser gets a StateConflict naming who was first.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        updated = Action.objects.filter(
+            pk=action.pk, state=S.BLOCKED, acknowledged_at__isnull=True
+        ).update(acknowledged_at=now, acknowledged_by=actor.as_dict(), acknowledge_note=note)
+        action = Action.objects.get(pk=action.pk)
+        if updated != 1:
+            if action.state != S.BLOCKED:
+                raise StateConflict(
+                    f"Only a blocked action can be acknowledged; this one is {action.state}."
+                )
+            who = action.acknowledged_by or {}
+            raise StateConflict(
+                f"{who.get('kind', '')}:{who.get('name', '')} already acknowledged this action."
+            )
+        audit(
+            actor=actor,
+            verb="action.acknowledge",
+            obj=action,
+            before={"state": S.BLOCKED, "acknowledged": False},
+            after={"state": S.BLOCKED, "acknowledged": True},
+            reason=note,
         )
     return action
 
@@ -772,11 +896,51 @@ class ReplayVerdict:
     gone: bool  # input file no longer stored: 410 whatever force says
     message: str
     tools_at_risk: list[str] | None
+    # Tools the run called whose every call an operator resolved as failed: not applied,
+    # so not at risk (issue 12, "resolve feeds replay").
+    not_applied: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {
+            "allowed": self.allowed,
+            "forceable": self.forceable,
+            "gone": self.gone,
+            "message": self.message,
+            "tools_at_risk": self.tools_at_risk,
+            "not_applied": self.not_applied,
+        }
 
 
-def replay_verdict(run: Run, executed=...) -> ReplayVerdict:
+def tools_resolved_not_applied(run: Run, actions=None) -> list[str]:
+    """Tools whose every call by this run (every action that reached the tool) an operator
+    resolved as failed, i.e. not applied.
+
+    Only the operator's resolution counts, not a 4xx or a version conflict: those are the
+    tool's word, and SPEC §5 counts calls. A tool the runtime reported but the gateway never
+    saw is never cleared: nobody resolved anything about it.
+    """
+    if actions is None:
+        actions = run.actions.filter(state__in=GATEWAY_CALLED).select_related("tool")
+    calls: dict[str, list] = {}
+    for a in actions:
+        if a.state in GATEWAY_CALLED:
+            calls.setdefault(a.tool.name, []).append(a)
+    by_operator = Resolution.RESOLVED_BY_OPERATOR
+    return sorted(
+        name
+        for name, rows in calls.items()
+        if all(a.state == S.FAILED and a.resolution == by_operator for a in rows)
+    )
+
+
+def replay_verdict(run: Run, executed=..., actions=None) -> ReplayVerdict:
     """SPEC §5's table, in one place: the API answers with it and the console shows it
-    before anyone clicks."""
+    before anyone clicks.
+
+    Resolve feeds replay: a tool whose every call an operator resolved as failed is not at
+    risk. When that leaves nothing at risk, the replay is allowed without force, and the
+    message says why. `actions` (the run's actions, tool selected) saves a query.
+    """
     executed = tools_executed(run) if executed is ... else executed
     if run.input_file and not run.input_file.storage.exists(run.input_file.name):
         return ReplayVerdict(
@@ -801,6 +965,34 @@ def replay_verdict(run: Run, executed=...) -> ReplayVerdict:
     if executed == []:
         return ReplayVerdict(
             True, True, False, "No tool was called before this run ended: safe to replay.", []
+        )
+    cleared = []
+    if executed:
+        cleared = [t for t in tools_resolved_not_applied(run, actions) if t in executed]
+    if cleared:
+        at_risk = [t for t in executed if t not in cleared]
+        why = (
+            f"An operator resolved every call of {', '.join(cleared)} by this run as failed: "
+            "not applied, so not at risk."
+        )
+        if not at_risk:
+            return ReplayVerdict(
+                True,
+                True,
+                False,
+                f"This run called {', '.join(cleared)}, but nothing it called was applied. "
+                f"{why} Safe to replay.",
+                [],
+                cleared,
+            )
+        return ReplayVerdict(
+            False,
+            True,
+            False,
+            f"Before failing, this run called {', '.join(at_risk)}. A replay may repeat them. "
+            f"An admin can force it with a reason. ({why})",
+            at_risk,
+            cleared,
         )
     if executed is None:
         return ReplayVerdict(
@@ -873,6 +1065,146 @@ def run_replay(run: Run, *, force: bool, reason: str, actor: Actor) -> Run:
                 reason=reason,
             )
     return new_run
+
+
+# --- four-eyes force replay --------------------------------------------------------------
+
+
+def run_force_replay(run: Run, *, reason: str, actor: Actor):
+    """An admin forces a replay. Returns (new_run, None), or (None, request) when the
+    tenant requires four eyes: the request then waits, visibly, until a different admin
+    confirms or rejects it. The caller checks the admin role and the non-empty reason.
+
+    A replay the rule allows without force needs no second admin (nothing is at risk).
+    """
+    from django.db import IntegrityError
+
+    run = Run.objects.select_related("tenant").get(pk=run.pk)
+    if not run.tenant.four_eyes_force_replay:
+        return run_replay(run, force=True, reason=reason, actor=actor), None
+    with transaction.atomic():
+        run = Run.objects.select_for_update(no_key=True).get(pk=run.pk)
+        verdict = replay_verdict(run)
+        if verdict.gone:
+            raise InputGone(verdict.message)
+        if verdict.allowed:
+            return run_replay(run, force=True, reason=reason, actor=actor), None
+        if not verdict.forceable:
+            raise ReplayRefused(verdict.message, tools_at_risk=verdict.tools_at_risk)
+        waiting = ForceReplayRequest.objects.filter(run=run, state=ForceRequestState.PENDING)
+        if first := waiting.first():
+            who = first.requested_by
+            raise ReplayRefused(
+                f"A force replay of this run already waits for a second admin (asked by "
+                f"{who['kind']}:{who['name']}).",
+                tools_at_risk=verdict.tools_at_risk,
+            )
+        try:
+            with transaction.atomic():
+                request = ForceReplayRequest.objects.create(
+                    tenant=run.tenant,
+                    run=run,
+                    requested_by=actor.as_dict(),
+                    reason=reason,
+                    tools_at_risk=verdict.tools_at_risk,
+                )
+        except IntegrityError as exc:  # a racing admin's request won
+            raise ReplayRefused(
+                "A force replay of this run already waits for a second admin.",
+                tools_at_risk=verdict.tools_at_risk,
+            ) from exc
+        audit(
+            actor=actor,
+            verb="force_replay.request",
+            obj=run,
+            after={"request": str(request.pk), "tools_at_risk": verdict.tools_at_risk},
+            reason=reason,
+        )
+    return None, request
+
+
+def _lock_pending_force(request: ForceReplayRequest) -> ForceReplayRequest:
+    request = (
+        ForceReplayRequest.objects.select_for_update(no_key=True)
+        .select_related("run", "tenant")
+        .get(pk=request.pk)
+    )
+    if request.state != ForceRequestState.PENDING:
+        who = request.decided_by or {}
+        raise StateConflict(
+            f"This force replay request is already {request.state} "
+            f"(by {who.get('kind', '')}:{who.get('name', '')})."
+        )
+    return request
+
+
+def force_replay_confirm(request: ForceReplayRequest, *, actor: Actor) -> Run:
+    """A second admin confirms: the replay is created now, forced, in the requester's name
+    and with their reason; the confirmation is audited in the confirmer's. The requester
+    cannot confirm their own request."""
+    with transaction.atomic():
+        request = _lock_pending_force(request)
+        requester = Actor(**request.requested_by)
+        if requester == actor:
+            raise StateConflict(
+                "You asked for this force replay; a different admin must confirm it (four eyes)."
+            )
+        new_run = run_replay(request.run, force=True, reason=request.reason, actor=requester)
+        request.state = ForceRequestState.CONFIRMED
+        request.decided_by = actor.as_dict()
+        request.decided_at = timezone.now()
+        request.new_run = new_run
+        request.save(update_fields=["state", "decided_by", "decided_at", "new_run"])
+        audit(
+            actor=actor,
+            verb="force_replay.confirm",
+            obj=request.run,
+            before={"request": "pending"},
+            after={
+                "request": str(request.pk),
+                "new_run": str(new_run.pk),
+                "requested_by": request.requested_by,
+            },
+            reason=request.reason,
+        )
+    return new_run
+
+
+def force_replay_reject(request: ForceReplayRequest, *, reason: str, actor: Actor):
+    """A different admin rejects the request, or its requester withdraws it. Nothing is
+    replayed."""
+    with transaction.atomic():
+        request = _lock_pending_force(request)
+        request.state = ForceRequestState.REJECTED
+        request.decided_by = actor.as_dict()
+        request.decided_at = timezone.now()
+        request.decision_reason = reason
+        request.save(update_fields=["state", "decided_by", "decided_at", "decision_reason"])
+        audit(
+            actor=actor,
+            verb="force_replay.reject",
+            obj=request.run,
+            before={"request": "pending"},
+            after={"request": str(request.pk)},
+            reason=reason,
+        )
+    return request
+
+
+def force_request_dict(request: ForceReplayRequest) -> dict:
+    return {
+        "id": str(request.pk),
+        "run": str(request.run_id),
+        "state": request.state,
+        "requested_by": request.requested_by,
+        "reason": request.reason,
+        "tools_at_risk": request.tools_at_risk,
+        "decided_by": request.decided_by,
+        "decided_at": request.decided_at.isoformat() if request.decided_at else None,
+        "decision_reason": request.decision_reason or None,
+        "new_run": str(request.new_run_id) if request.new_run_id else None,
+        "created_at": request.created_at.isoformat(),
+    }
 
 
 def replay_record(run_or_record) -> dict:

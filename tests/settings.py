@@ -17,6 +17,9 @@ os.environ.setdefault("SWEEP_INTERVAL_SECONDS", "1")
 # the per-deployment default queue would differ between them: name it.
 os.environ.setdefault("CELERY_QUEUE", "takeover-tests")
 os.environ.setdefault("METRICS_TOKEN", "test-metrics-token")
+# The console's background re-read on opening an action adds reads the tests do not expect
+# (its own test turns it on).
+os.environ.setdefault("CONSOLE_REREAD_AFTER_SECONDS", "3600")
 
 from console.settings import *  # noqa: F403
 

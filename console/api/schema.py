@@ -243,6 +243,37 @@ class PrincipalCreatedOut(f.Serializer):
     token = f.CharField(help_text="Shown once; only its hash is stored.")
 
 
+class ForceReplayRequestOut(f.Serializer):
+    id = f.UUIDField()
+    run = f.UUIDField()
+    state = f.ChoiceField(choices=["pending", "confirmed", "rejected"])
+    requested_by = ActorOut()
+    reason = f.CharField()
+    tools_at_risk = f.ListField(child=f.CharField(), allow_null=True)
+    decided_by = ActorOut(allow_null=True)
+    decided_at = f.DateTimeField(allow_null=True)
+    decision_reason = f.CharField(allow_null=True)
+    new_run = f.UUIDField(allow_null=True)
+    created_at = f.DateTimeField()
+
+
+class IdempotencyConflictOut(f.Serializer):
+    id = f.IntegerField()
+    at = f.DateTimeField()
+    principal = f.CharField()
+    key = f.CharField()
+    existing_action = f.UUIDField(allow_null=True)
+    attempted = f.DictField(
+        help_text="The refused intent: tool, target, desired_state, expected_version."
+    )
+    request_id = f.CharField()
+
+
+class TenantSettingsOut(f.Serializer):
+    four_eyes_force_replay = f.BooleanField()
+    approval_sla_seconds = f.IntegerField(help_text="0: no SLA.")
+
+
 class TokenOut(f.Serializer):
     id = f.UUIDField()
     label = f.CharField(help_text="The first characters, to tell tokens apart.")

@@ -37,11 +37,46 @@ class ActionProposeIn(serializers.Serializer):
     desired_state = JSONObjectField()
     expected_version = StrictIntegerField(required=False, allow_null=True, default=None)
     approval_id = serializers.UUIDField(required=False, allow_null=True, default=None)
+    reason = StrictCharField(
+        required=False,
+        allow_null=True,
+        allow_blank=True,
+        default="",
+        max_length=2000,
+        help_text="The agent's own words for why (shown to approvers); not part of the intent.",
+    )
 
 
 class ResolveIn(serializers.Serializer):
     outcome = serializers.ChoiceField(choices=["succeeded", "failed"])
     reason = StrictCharField(max_length=5000)
+    based_on_read = StrictIntegerField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="The id of the reconciliation read the decision was made on; refused (409) "
+        "unless it is the latest read. Without it, the latest read must be fresh.",
+    )
+
+
+class NoteIn(serializers.Serializer):
+    reason = StrictCharField(required=False, allow_blank=True, default="", max_length=5000)
+
+
+class TenantSettingsIn(serializers.Serializer):
+    four_eyes_force_replay = StrictBooleanField(
+        required=False, help_text="A force replay waits until a different admin confirms it."
+    )
+    approval_sla_seconds = StrictIntegerField(
+        required=False,
+        min_value=0,
+        max_value=MAX_TTL_SECONDS,
+        help_text="Pending approval requests older than this are highlighted (0: off).",
+    )
+
+
+class AcknowledgeIn(serializers.Serializer):
+    note = StrictCharField(required=False, allow_blank=True, default="", max_length=5000)
 
 
 class ReasonIn(serializers.Serializer):

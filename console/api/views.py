@@ -27,6 +27,7 @@ from core.models import AuditEvent, Principal, Role, Tool
 from core.services import (
     operator_manageable,
     principal_create,
+    tenant_settings_update,
     token_issue,
     token_revoke,
     token_rotate,
@@ -37,7 +38,15 @@ from ledger.models import LedgerEntry
 from ledger.services import ledger_revoke
 from runs import dispatch, selectors, services
 from runs import presenters as present
-from runs.models import Action, Attempt, Reconciliation, Replay, Run
+from runs.models import (
+    Action,
+    Attempt,
+    ForceReplayRequest,
+    IdempotencyConflict,
+    Reconciliation,
+    Replay,
+    Run,
+)
 from runs.notify import WaitRefused, waiters
 from runs.states import IN_PROGRESS, OPEN_FOR_HUMANS, RunStatus
 
@@ -285,6 +294,12 @@ def run_claim(request):
     request=s.ReplayIn,
     responses={
         **ok(201, o.RunDetailOut, "The new run (pending), for a runtime to claim."),
+        **ok(
+            202,
+            o.ForceReplayRequestOut,
+            "With the tenant's four-eyes setting, a force that needs one waits for a "
+            "second admin: the waiting force replay request.",
+        ),
         **errors_for(404, 409, 410, 411, 413, 415, slugs={409: ["replay-refused"]}),
     },
 )
@@ -299,10 +314,94 @@ def run_replay(request, pk):
             raise ValidationFailed(
                 "A forced replay needs a reason.", {"reason": ["Required when force is true."]}
             )
-    new_run = services.run_replay(
-        run, force=fields["force"], reason=fields["reason"].strip(), actor=caller.actor
-    )
+    if fields["force"]:
+        new_run, waiting = services.run_force_replay(
+            run, reason=fields["reason"].strip(), actor=caller.actor
+        )
+        if waiting is not None:
+            return Response(services.force_request_dict(waiting), status=202)
+    else:
+        new_run = services.run_replay(run, force=False, reason="", actor=caller.actor)
     return Response(present.run_dict(new_run), status=201)
+
+
+def get_force_request_for(caller, pk) -> ForceReplayRequest:
+    found = ForceReplayRequest.objects.filter(tenant=caller.tenant, pk=pk).first()
+    if found is None:
+        raise Http404
+    return found
+
+
+@extend_schema(
+    operation_id="force_replay_requests_list",
+    request=None,
+    parameters=[o.csv_query("state", "pending, confirmed or rejected"), o.CURSOR],
+    responses={**ok(200, o.page_of(o.ForceReplayRequestOut)), **errors_for()},
+)
+@api_view(["GET"])
+def force_replay_requests(request):
+    """Four-eyes force replays, newest first; `?state=pending` for those waiting. Admin."""
+    caller = require_operator(request, Role.ADMIN)
+    qs = ForceReplayRequest.objects.filter(tenant=caller.tenant)
+    if states := csv_param(request, "state", ["pending", "confirmed", "rejected"]):
+        qs = qs.filter(state__in=states)
+    return page(request, qs, services.force_request_dict)
+
+
+@extend_schema(
+    request=None,
+    responses={**ok(201, o.RunDetailOut), **errors_for(404, 409, slugs={409: ["state-conflict"]})},
+)
+@api_view(["POST"])
+def force_replay_confirm(request, pk):
+    """A second admin confirms: 201 with the new run. 409 for the requester themselves."""
+    caller = require_operator(request, Role.ADMIN)
+    new_run = services.force_replay_confirm(get_force_request_for(caller, pk), actor=caller.actor)
+    return Response(present.run_dict(new_run), status=201)
+
+
+@extend_schema(
+    request=s.NoteIn,
+    responses={**ok(200, o.ForceReplayRequestOut), **errors_for(404, 409, 411, 413, 415)},
+)
+@api_view(["POST"])
+def force_replay_reject(request, pk):
+    caller = require_operator(request, Role.ADMIN)
+    fields = valid(s.NoteIn, body_object(request) if request.body else {})
+    req = services.force_replay_reject(
+        get_force_request_for(caller, pk), reason=fields["reason"].strip(), actor=caller.actor
+    )
+    return Response(services.force_request_dict(req))
+
+
+@extend_schema(
+    methods=["GET"],
+    operation_id="settings_retrieve",
+    request=None,
+    responses={**ok(200, o.TenantSettingsOut), **errors_for()},
+)
+@extend_schema(
+    methods=["POST"],
+    operation_id="settings_update",
+    request=s.TenantSettingsIn,
+    responses={**ok(200, o.TenantSettingsOut), **errors_for(411, 413, 415)},
+)
+@api_view(["GET", "POST"])
+def tenant_settings(request):
+    """The tenant's settings (admin): `four_eyes_force_replay`, `approval_sla_seconds`. A
+    POST changes the fields it names."""
+    caller = require_operator(request, Role.ADMIN)
+    tenant = caller.tenant
+    if request.method == "POST":
+        fields = valid(s.TenantSettingsIn, body_object(request))
+        if fields:
+            tenant = tenant_settings_update(tenant, actor=caller.actor, **fields)
+    return Response(
+        {
+            "four_eyes_force_replay": tenant.four_eyes_force_replay,
+            "approval_sla_seconds": tenant.approval_sla_seconds,
+        }
+    )
 
 
 @extend_schema(
@@ -363,6 +462,7 @@ def propose(request, pk):
         expected_version=fields["expected_version"],
         idempotency_key=key,
         approval_id=fields["approval_id"],
+        reason=(fields.get("reason") or "").strip(),
         actor=request.user.actor,
         known=found,
     )
@@ -492,9 +592,55 @@ def action_resolve(request, pk):
     if not fields["reason"].strip():
         raise ValidationFailed("A reason is required.", {"reason": ["Say why."]})
     services.action_resolve(
-        action, outcome=fields["outcome"], reason=fields["reason"].strip(), actor=request.user.actor
+        action,
+        outcome=fields["outcome"],
+        reason=fields["reason"].strip(),
+        actor=request.user.actor,
+        based_on_read=fields["based_on_read"],
     )
     return Response(present.action_dict(get_action_for(request.user, pk)))
+
+
+@extend_schema(
+    request=s.AcknowledgeIn,
+    responses={**ok(200, o.ActionOut), **errors_for(404, 409, 411, 413, 415)},
+)
+@api_view(["POST"])
+def action_acknowledge(request, pk):
+    """Acknowledge a blocked action (on-call): it leaves the queue, stays findable. 409
+    `state-conflict` unless it is blocked and not yet acknowledged."""
+    require_operator(request, Role.ONCALL)
+    action = get_action_for(request.user, pk)
+    fields = valid(s.AcknowledgeIn, body_object(request) if request.body else {})
+    services.action_acknowledge(action, note=fields["note"].strip(), actor=request.user.actor)
+    return Response(present.action_dict(get_action_for(request.user, pk)))
+
+
+@extend_schema(
+    operation_id="idempotency_conflicts_list",
+    request=None,
+    parameters=[o.CURSOR],
+    responses={**ok(200, o.page_of(o.IdempotencyConflictOut)), **errors_for()},
+)
+@api_view(["GET"])
+def idempotency_conflicts(request):
+    """Every proposal refused with 422 idempotency-conflict, newest first (operators)."""
+    caller = require_operator(request)
+    qs = IdempotencyConflict.objects.filter(tenant=caller.tenant).select_related("principal")
+    return page(
+        request,
+        qs,
+        lambda c: {
+            "id": c.pk,
+            "at": c.at.isoformat(),
+            "principal": c.principal.name,
+            "key": c.key,
+            "existing_action": str(c.existing_action_id) if c.existing_action_id else None,
+            "attempted": c.attempted,
+            "request_id": c.request_id,
+        },
+        field="at",
+    )
 
 
 @extend_schema(
@@ -512,7 +658,8 @@ def action_resolve(request, pk):
 def queue(request):
     caller = require_operator(request)
     states = csv_param(request, "state", OPEN_FOR_HUMANS) or OPEN_FOR_HUMANS
-    qs = ACTION_DETAIL.filter(tenant=caller.tenant, state__in=states)
+    # Acknowledged blocked actions have left the queue; GET /actions/{id} still has them.
+    qs = ACTION_DETAIL.filter(tenant=caller.tenant, state__in=states, acknowledged_at__isnull=True)
     if tools := csv_param(request, "tool"):
         qs = qs.filter(tool__name__in=tools)
     oldest = request.query_params.get("order") == "oldest"

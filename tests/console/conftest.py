@@ -81,11 +81,13 @@ def browser():
 
 @pytest.fixture
 def new_page(browser, console_server):
-    """Open a fresh browser context (its own cookies) at 1280×800; closed after the test."""
+    """Open a fresh browser context (its own cookies), 1280×800 unless `viewport` says
+    otherwise; closed after the test."""
     contexts = []
 
     def make(**options):
-        context = browser.new_context(viewport={"width": 1280, "height": 800}, **options)
+        options.setdefault("viewport", {"width": 1280, "height": 800})
+        context = browser.new_context(**options)
         context.set_default_timeout(10_000)
         contexts.append(context)
         return context.new_page()
@@ -148,7 +150,7 @@ def tool(world, name="update_ticket", prefix="tickets", **options):
     return existing or world.tool(name, prefix=prefix, **options)
 
 
-def propose(world, run, tool_, target, desired, expected_version=None, key=None):
+def propose(world, run, tool_, target, desired, expected_version=None, key=None, reason=""):
     action, created, _ = services.action_propose(
         run=run,
         tool=tool_,
@@ -156,6 +158,7 @@ def propose(world, run, tool_, target, desired, expected_version=None, key=None)
         desired_state=desired,
         expected_version=expected_version,
         idempotency_key=key or f"k-{uuid.uuid4().hex}",
+        reason=reason,
         actor=agent_of(world),
     )
     assert created
@@ -210,13 +213,18 @@ def make_needs_human(world, *, run=None, target=None):
     return wait_state(action.pk, "needs_human")
 
 
-def make_awaiting(world, *, run=None, target=None):
+def make_awaiting(world, *, run=None, target=None, reason=""):
     """An e-mail that needs an approver: awaiting_approval with a pending request."""
     t = tool(world, "send_email", prefix="email", requires_approval=True)
     run = run or start_run(world)
     target = target or f"{uuid.uuid4().hex[:6]}@example.com"
     return propose(
-        world, run, t, target, {"subject": "Refund", "body": "Your refund is on its way."}
+        world,
+        run,
+        t,
+        target,
+        {"subject": "Refund", "body": "Your refund is on its way."},
+        reason=reason,
     )
 
 

@@ -1,4 +1,6 @@
-"""`make screenshots`: 1280×800 screenshots of the console with demo data, in ./var/screenshots.
+"""`make screenshots`: screenshots of every console page with demo data, at 1280×800 (desktop)
+and 390×844 (phone), in ./var/screenshots (`NAME-1280.png`, `NAME-390.png` and the full-page
+`NAME-390-full.png`, `NAME-1280-full.png`).
 
 Run explicitly (`pytest tests/console/screenshots.py`); the name keeps it out of `make test`.
 The demo data is made the way production makes it: runs and proposals through the services,
@@ -6,6 +8,7 @@ dispatch over HTTP to the demo downstream with injected faults, reconciliation r
 authoritative state back, and operators acting through the console's own services.
 """
 
+import contextlib
 import uuid
 from pathlib import Path
 
@@ -81,7 +84,12 @@ def test_screenshots(live_db, downstream, new_page, console_server):
     make_needs_human(w, run=run, target="TCK-4302")
     make_unknown(w, run=run, target="TCK-4388")
     make_unknown(w, run=run, target="TCK-4391")
-    awaiting = make_awaiting(w, run=run, target="maria.lopez@example.com")
+    awaiting = make_awaiting(
+        w,
+        run=run,
+        target="maria.lopez@example.com",
+        reason="Maria asked for written confirmation of refund R-2231.",
+    )
     make_awaiting(w, run=run, target="j.chen@example.com")
     denied = make_awaiting(w, run=run, target="all-customers@example.com")
     services.approval_request_deny(
@@ -101,10 +109,21 @@ def test_screenshots(live_db, downstream, new_page, console_server):
         run, status="error", error_message="worker lost", tools_called=None, actor=agent_of(w)
     )
 
-    page = new_page()
-    page.goto(console_server("/login/"))
-    page.screenshot(path=str(OUT / "login.png"))
-    sign_in(page, console_server, w.admin)
+    # A runtime deriving a key from the wrong thing: the same key for another ticket.
+    from core.errors import IdempotencyConflict
+
+    held = propose(w, start_run(w), tool(w), "TCK-5001", {"status": "closed"}, key="evt-77:close")
+    with contextlib.suppress(IdempotencyConflict):
+        services.action_propose(
+            run=start_run(w),
+            tool=tool(w),
+            target="TCK-5002",
+            desired_state={"status": "closed"},
+            expected_version=None,
+            idempotency_key=held.idempotency_key,
+            actor=agent_of(w),
+        )
+
     shots = {
         "queue": "/",
         "action": f"/actions/{needs.pk}/",
@@ -114,10 +133,31 @@ def test_screenshots(live_db, downstream, new_page, console_server):
         "runs": "/runs/",
         "run": f"/runs/{failed_run.pk}/",
         "replays": "/replays/",
+        **extra_shots(awaiting, run),
     }
-    for name, path in shots.items():
-        page.goto(console_server(path))
-        page.wait_for_load_state("networkidle")
-        page.screenshot(path=str(OUT / f"{name}.png"))
-        page.screenshot(path=str(OUT / f"{name}-full.png"), full_page=True)
-    assert (OUT / "queue.png").exists()
+    for width, height in WIDTHS:
+        page = new_page()
+        page.set_viewport_size({"width": width, "height": height})
+        page.goto(console_server("/login/"))
+        page.screenshot(path=str(OUT / f"login-{width}.png"))
+        sign_in(page, console_server, w.admin)
+        for name, path in shots.items():
+            page.goto(console_server(path))
+            page.wait_for_load_state("networkidle")
+            page.screenshot(path=str(OUT / f"{name}-{width}.png"))
+            page.screenshot(path=str(OUT / f"{name}-{width}-full.png"), full_page=True)
+    assert (OUT / "queue-390.png").exists()
+
+
+WIDTHS = [(1280, 800), (390, 844)]
+
+
+def extra_shots(w, run) -> dict:
+    """Pages added after the first set (kept apart so the list above stays readable)."""
+    return {
+        "not-found": "/actions/00000000-0000-0000-0000-000000000000/",
+        "all-actions": "/actions/",
+        "search": "/search/?q=TCK-4217&list=1",
+        "approval-state": f"/approvals/{w.approval_request_id}/state/",
+        "conflicts": "/conflicts/",
+    }

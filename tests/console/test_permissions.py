@@ -86,6 +86,16 @@ URLS = {
     ),
     "replay": ("post", lambda s: f"/runs/{s.run.pk}/replay/", None, True),
     "force_replay": ("post", lambda s: f"/runs/{s.run.pk}/force-replay/", Role.ADMIN, True),
+    "actions": ("get", lambda s: "/actions/", None, False),
+    "actions_csv": ("get", lambda s: "/actions.csv", None, False),
+    "search": ("get", lambda s: "/search/", None, False),
+    "acknowledge": ("post", lambda s: f"/actions/{s.needs.pk}/acknowledge/", Role.ONCALL, True),
+    "approval_state": (
+        "get",
+        lambda s: f"/approvals/{s.awaiting.approval_request_id}/state/",
+        Role.APPROVER,
+        True,
+    ),
 }
 POST_BODIES = {
     "resolve": {"outcome": "succeeded", "reason": "checked by hand"},

@@ -145,9 +145,13 @@ def test_resolve_needs_a_reason(live_db, downstream):
     action = make_needs_human(world)
     client = signed_in(world.oncall)
     url = f"/actions/{action.pk}/resolve/"
+    # Without JavaScript: Post/Redirect/Get back to the action page, the error on it, and a
+    # reload of that page is a plain GET (no 405 on the POST URL, no error twice).
     plain = client.post(url, {"outcome": "succeeded", "reason": "  "})
-    assert plain.status_code == 400
-    assert "Say why" in text(plain)
+    assert plain.status_code == 303 and plain["Location"] == f"/actions/{action.pk}/#resolve-form"
+    page = client.get(plain["Location"])
+    assert page.status_code == 200 and "Say why" in text(page)
+    assert "Say why" not in text(client.get(f"/actions/{action.pk}/"))
     htmx = client.post(url, {"outcome": "failed", "reason": ""}, HTTP_HX_REQUEST="true")
     assert htmx.status_code == 422
     assert 'id="resolve-form"' in text(htmx) and "<html" not in text(htmx)
@@ -199,9 +203,12 @@ def test_claim_is_seen_by_a_second_oncall_who_must_override_to_resolve(live_db, 
     lost = second_client.post(f"/actions/{action.pk}/claim/", follow=True)
     assert f"{world.oncall.username} claimed this action first" in text(lost)
     refused = second_client.post(
-        f"/actions/{action.pk}/resolve/", {"outcome": "succeeded", "reason": "looks done"}
+        f"/actions/{action.pk}/resolve/",
+        {"outcome": "succeeded", "reason": "looks done"},
+        follow=True,
     )
-    assert refused.status_code == 400 and "Tick the box" in text(refused)
+    assert refused.redirect_chain[-1][1] == 303 and "Tick the box" in text(refused)
+    assert "looks done</textarea>" in text(refused)  # what was typed comes back
     assert Action.objects.get(pk=action.pk).state == "needs_human"
     second_client.post(
         f"/actions/{action.pk}/resolve/",
@@ -402,8 +409,9 @@ def test_force_replay_needs_a_reason_and_the_typed_run_id(live_db, downstream):
     run = make_failed_run_with_tools(world)
     client = signed_in(world.admin)
     url = f"/runs/{run.pk}/force-replay/"
-    no_reason = client.post(url, {"reason": "", "confirm": str(run.pk)[:8]})
-    assert no_reason.status_code == 400 and "Say why" in text(no_reason)
+    no_reason = client.post(url, {"reason": "", "confirm": str(run.pk)[:8]}, follow=True)
+    assert no_reason.redirect_chain == [(f"/runs/{run.pk}/#force-form", 303)]
+    assert "Say why" in text(no_reason)
     wrong = client.post(url, {"reason": "ok", "confirm": "deadbeef"}, HTTP_HX_REQUEST="true")
     assert wrong.status_code == 422 and "not this run&#x27;s id" in text(wrong)
     assert 'id="force-form"' in text(wrong) and "ok</textarea>" in text(wrong)  # kept
@@ -500,3 +508,24 @@ def test_django_admin_shows_raw_records_and_the_audit_log_is_read_only(live_db, 
     assert client.post(f"/admin/core/auditevent/{event.pk}/delete/").status_code == 403
     change = text(client.get(f"/admin/core/auditevent/{event.pk}/change/"))
     assert 'name="_save"' not in change  # view only
+
+
+def test_the_500_page_is_styled_names_the_error_id_and_touches_no_database(rf, live_db):
+    """Issue 12, part 8: a styled 500, with the error id and no internals."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from console.errors import server_error
+
+    request = rf.get("/somewhere/")
+    with CaptureQueriesContext(connection) as queries:
+        try:
+            raise RuntimeError("password=hunter2 in the internals")
+        except RuntimeError:
+            response = server_error(request)
+    body = response.content.decode()
+    assert response.status_code == 500
+    assert "Something went wrong" in body and 'href="/static/' in body  # the console's CSS
+    assert re.search(r"Error id <code>[\w-]+</code>", body)
+    assert "hunter2" not in body and "RuntimeError" not in body  # no internals
+    assert len(queries) == 0

@@ -41,7 +41,8 @@ def test_proposal_succeeds_while_the_broker_is_down_and_is_swept_later(
     world.tool("update_ticket")
     run = world.start_run()
     target = f"ticket:{uuid.uuid4().hex[:8]}"
-    # No wake-up pending (one may be, from an earlier test): this proposal must send one.
+    # No wake-up pending from earlier tests (proposals nobody drained): this proposal's
+    # wake-up must really be attempted, and fail, for the log line below to exist.
     wakeup_taken()
     with broker_down(settings), caplog.at_level(logging.ERROR):
         response = world.propose(
