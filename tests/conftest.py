@@ -185,6 +185,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+STARTED_WORKERS: list = []  # every worker process this session started
+
+
 def start_worker(tmp_path_factory, *, beat=True, env=None) -> Worker:
     """A real `celery worker` process on the test database and the test broker."""
     log_dir = tmp_path_factory.mktemp("worker")
@@ -233,6 +236,7 @@ def start_worker(tmp_path_factory, *, beat=True, env=None) -> Worker:
         restart=lambda: start_worker(tmp_path_factory, beat=beat, env=env),
         metrics_port=metrics_port,
     )
+    STARTED_WORKERS.append(worker)
     deadline = time.monotonic() + 60
     while "ready." not in worker.log():
         if process.poll() is not None or time.monotonic() > deadline:

@@ -511,11 +511,13 @@ def test_after_a_resolve_next_item_and_the_keyboard_shortcuts(
     expect(page.get_by_role("dialog", name="Keyboard shortcuts")).to_be_visible()
     page.keyboard.press("Escape")
     expect(page.get_by_role("dialog", name="Keyboard shortcuts")).to_be_hidden()
+    expect(page.locator(f"#open-{first.pk}")).to_be_visible()
 
+    focused = "id => document.activeElement && document.activeElement.id === id"
     page.keyboard.press("j")
-    assert page.evaluate("document.activeElement.id") == f"open-{first.pk}"
+    page.wait_for_function(focused, arg=f"open-{first.pk}", timeout=5000)
     page.keyboard.press("j")
-    assert page.evaluate("document.activeElement.id") == f"open-{second.pk}"
+    page.wait_for_function(focused, arg=f"open-{second.pk}", timeout=5000)
     page.keyboard.press("k")
     page.keyboard.press("o")
     expect(page).to_have_url(re.compile(f"/actions/{first.pk}/$"))

@@ -6,6 +6,8 @@ session-wide worker, started this early, would keep draining the test database w
 tests run stacks of their own on it (tests/runs/test_queue_at_scale.py)."""
 
 import json
+import os
+import signal
 import time
 import uuid
 
@@ -13,7 +15,7 @@ import httpx
 import pytest
 
 from core.models import AuditEvent
-from tests.conftest import start_worker
+from tests.conftest import STARTED_WORKERS, start_worker
 from tests.ops.test_metrics import TOKEN, parse, value
 
 pytestmark = pytest.mark.worker
@@ -21,10 +23,19 @@ pytestmark = pytest.mark.worker
 
 @pytest.fixture(scope="module")
 def own_worker(django_db_setup, django_db_blocker, tmp_path_factory):
-    with django_db_blocker.unblock():
-        worker = start_worker(tmp_path_factory)
-    yield worker
-    worker.stop()
+    """Ours alone: any worker started earlier (the suite's shared one) is paused with
+    SIGSTOP meanwhile, so that the work and its series land here, and resumed after."""
+    paused = [w for w in STARTED_WORKERS if w.process.poll() is None]
+    for w in paused:
+        os.killpg(w.process.pid, signal.SIGSTOP)
+    try:
+        with django_db_blocker.unblock():
+            worker = start_worker(tmp_path_factory)
+        yield worker
+        worker.stop()
+    finally:
+        for w in paused:
+            os.killpg(w.process.pid, signal.SIGCONT)
 
 
 def test_one_request_id_from_the_web_line_to_the_worker_line_and_the_audit(

@@ -133,7 +133,7 @@ def test_propose_keeps_the_agents_reason_outside_the_fingerprint(world):
     bad = world.propose(run["id"], f"k-{uuid.uuid4().hex}", reason=["x"], **body)
     assert bad.status_code == 400 and "reason" in problem(bad)["errors"]
     schema = world.admin.client().get("/api/v1/schema/?format=json").json()
-    propose_in = schema["components"]["schemas"]["ActionProposeIn"]["properties"]
+    propose_in = schema["components"]["schemas"]["ActionProposeInRequest"]["properties"]
     assert "reason" in propose_in
 
 

@@ -119,7 +119,7 @@ def test_the_installed_command_runs_and_reports_errors(w, live_server):
     command = shutil.which("takeover", path=str(Path(sys.executable).parent))
     env = {"TAKEOVER_URL": live_server.url, "TAKEOVER_TOKEN": "wrong", "PATH": "/usr/bin:/bin"}
     done = subprocess.run([command, "queue"], env=env, capture_output=True, text=True)
-    assert done.returncode == 2 and "Invalid or revoked token" in done.stderr
+    assert done.returncode == 2 and "revoked token" in done.stderr
     env["TAKEOVER_TOKEN"] = w.oncall.token
     done = subprocess.run([command, "queue", "--json"], env=env, capture_output=True, text=True)
     assert done.returncode == 0 and json.loads(done.stdout) == []
