@@ -256,6 +256,42 @@ class Stack:
                 channel.close()
 
 
+def tenant_stack(label: str, *, workers: int, timeout_seconds: float = 10, say=print):
+    """A fresh tenant with one agent, and a started `Stack` on the current database whose
+    demo downstream is that tenant's `update_ticket` tool: what `make bench` and `make soak`
+    run against. Returns (tenant, agent token, stack); the caller stops the stack."""
+    import tempfile
+
+    from django.db import connection
+
+    from console.management.commands.bench_queue import database_url
+    from core.audit import SYSTEM
+    from core.services import principal_create, tenant_create, tool_create
+
+    tenant = tenant_create(slug=f"{label}-{uuid.uuid4().hex[:6]}", actor=SYSTEM)
+    _principal, token = principal_create(tenant=tenant, name=f"{label}-agent", actor=SYSTEM)
+    work_dir = Path(tempfile.mkdtemp(prefix=f"takeover-{label}-"))
+    stack = Stack(
+        database_url(connection.settings_dict, connection.settings_dict["NAME"]),
+        work_dir,
+        workers=workers,
+    )
+    say(f"-- starting the stack (logs in {work_dir})")
+    stack.start()
+    try:
+        tool_create(
+            tenant=tenant,
+            name="update_ticket",
+            base_url=f"{stack.downstream_url}/tickets",
+            timeout_seconds=timeout_seconds,
+            actor=SYSTEM,
+        )
+    except BaseException:
+        stack.stop()
+        raise
+    return tenant, token, stack
+
+
 class DepthWatch:
     """Samples the broker's depth in the background; `.max` is the highest seen."""
 

@@ -53,7 +53,7 @@ LEDGER_STATUS_FOR = {
 }
 
 
-def enqueue_dispatch(action_id=None) -> None:
+def enqueue_dispatch() -> None:
     """Wake a worker once the surrounding transaction commits (never inside it).
 
     The committed `queued` row is the unit of work; the message only says "there is work"
@@ -620,7 +620,7 @@ def approval_request_grant(request: ApprovalRequest, *, ttl_seconds: float, acto
         action_move(
             action, S.QUEUED, actor=actor, approval_id=approval.pk, enqueued_at=timezone.now()
         )
-        enqueue_dispatch(action.pk)
+        enqueue_dispatch()
     return approval
 
 

@@ -27,7 +27,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -82,8 +81,6 @@ class Command(BaseCommand):
     def inner(self, **opts):
         import logging
 
-        from core.audit import SYSTEM
-        from core.services import principal_create, tenant_create, tool_create
         from runs.models import Action
 
         out = self.stdout.write
@@ -91,23 +88,8 @@ class Command(BaseCommand):
         tps = pgbench_tps(opts["pgbench_seconds"])
         out(f"pgbench TPC-B ({opts['pgbench_seconds']} s, 4 clients): {tps:.0f} tps")
 
-        tenant = tenant_create(slug=f"bench-{uuid.uuid4().hex[:6]}", actor=SYSTEM)
-        _principal, token = principal_create(tenant=tenant, name="bench-agent", actor=SYSTEM)
-        work_dir = Path(tempfile.mkdtemp(prefix="takeover-bench-"))
-        stack = loadgen.Stack(
-            database_url(connection.settings_dict, connection.settings_dict["NAME"]),
-            work_dir,
-            workers=opts["workers"],
-        )
-        out(f"-- starting the stack (logs in {work_dir})")
-        stack.start()
+        tenant, token, stack = loadgen.tenant_stack("bench", workers=opts["workers"], say=out)
         try:
-            tool_create(
-                tenant=tenant,
-                name="update_ticket",
-                base_url=f"{stack.downstream_url}/tickets",
-                actor=SYSTEM,
-            )
             agent = loadgen.Agent(stack.url, token, tenant.slug)
             clients = opts["clients"]
             out("-- warm-up: 200 effects")

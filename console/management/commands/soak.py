@@ -21,9 +21,6 @@ It exits 1 if any invariant is broken.
 import os
 import subprocess
 import sys
-import tempfile
-import uuid
-from pathlib import Path
 
 from django.core.management.base import BaseCommand
 from django.db import connection
@@ -31,7 +28,6 @@ from django.db import connection
 from console import loadgen
 
 from .bench import recreate_database
-from .bench_queue import database_url
 
 
 class Command(BaseCommand):
@@ -68,29 +64,12 @@ class Command(BaseCommand):
 
         import httpx
 
-        from core.audit import SYSTEM
-        from core.services import principal_create, tenant_create, tool_create
-
         logging.getLogger("httpx").setLevel(logging.WARNING)
         out = self.stdout.write
-        tenant = tenant_create(slug=f"soak-{uuid.uuid4().hex[:6]}", actor=SYSTEM)
-        _principal, token = principal_create(tenant=tenant, name="soak-agent", actor=SYSTEM)
-        work_dir = Path(tempfile.mkdtemp(prefix="takeover-soak-"))
-        stack = loadgen.Stack(
-            database_url(connection.settings_dict, connection.settings_dict["NAME"]),
-            work_dir,
-            workers=opts["workers"],
+        tenant, token, stack = loadgen.tenant_stack(
+            "soak", workers=opts["workers"], timeout_seconds=2, say=out
         )
-        out(f"-- starting the stack (logs in {work_dir})")
-        stack.start()
         try:
-            tool_create(
-                tenant=tenant,
-                name="update_ticket",
-                base_url=f"{stack.downstream_url}/tickets",
-                timeout_seconds=2,
-                actor=SYSTEM,
-            )
             agent = loadgen.Agent(stack.url, token, tenant.slug)
             out(
                 f"-- {opts['actions']} actions, a worker SIGKILLed every {opts['kill_every']} s"
