@@ -294,6 +294,29 @@ RESOLVE_READ_MAX_AGE_SECONDS = env_float("RESOLVE_READ_MAX_AGE_SECONDS", 60)
 # older than this (on-call only; the read is side-effect free).
 CONSOLE_REREAD_AFTER_SECONDS = env_float("CONSOLE_REREAD_AFTER_SECONDS", 10)
 
+# Notifications (core/notifications.py): signed webhooks, Slack-compatible webhooks and
+# e-mail, configured per tenant by admins in the console. Deliveries are rows the workers
+# claim like actions; a failed attempt is retried after NOTIFY_BACKOFF_BASE_SECONDS, doubling
+# up to NOTIFY_BACKOFF_MAX_SECONDS, NOTIFY_MAX_ATTEMPTS times in all.
+CONSOLE_URL = os.environ.get("CONSOLE_URL", "http://127.0.0.1:8000")  # links in messages
+NOTIFY_TIMEOUT_SECONDS = env_float("NOTIFY_TIMEOUT_SECONDS", 5)
+NOTIFY_MAX_ATTEMPTS = int(os.environ.get("NOTIFY_MAX_ATTEMPTS", 8))
+NOTIFY_BACKOFF_BASE_SECONDS = env_float("NOTIFY_BACKOFF_BASE_SECONDS", 30)
+NOTIFY_BACKOFF_MAX_SECONDS = env_float("NOTIFY_BACKOFF_MAX_SECONDS", 3600)
+NOTIFY_LEASE_GRACE_SECONDS = env_float("NOTIFY_LEASE_GRACE_SECONDS", 30)
+# E-mail goes through Django's mail backend. Default: printed by the worker (console backend);
+# in production set EMAIL_BACKEND=django.core.mail.backends.smtp.EmailBackend and EMAIL_HOST.
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = int(os.environ.get("EMAIL_PORT", 25))
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS")
+EMAIL_TIMEOUT = env_float("EMAIL_TIMEOUT", 10)
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "takeover@localhost")
+if os.environ.get("EMAIL_FILE_PATH"):  # the file backend (one file per message)
+    EMAIL_FILE_PATH = os.environ["EMAIL_FILE_PATH"]
+
 # Observability. LOG_FORMAT=json: one JSON object per line with the request id, tenant,
 # actor, run and action where known (core/logs.py).
 LOG_FORMAT = os.environ.get("LOG_FORMAT", "plain")

@@ -255,7 +255,12 @@ def tool_update(tool: Tool, *, actor: Actor, reason: str = "", **changes) -> Too
     return tool
 
 
-TENANT_SETTINGS = {"four_eyes_force_replay", "approval_sla_seconds"}
+TENANT_SETTINGS = {
+    "four_eyes_force_replay",
+    "approval_sla_seconds",
+    "unknown_alert_seconds",
+    "approval_expiry_warning_seconds",
+}
 
 
 def tenant_settings_update(tenant: Tenant, *, actor: Actor, **changes) -> Tenant:

@@ -36,7 +36,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from approvals import services as approvals
-from core import metrics, otel
+from core import metrics, notifications, otel
 from core.audit import DISPATCHER, RECONCILER, SWEEPER, Actor, audit, request_id_var
 from core.logs import log_context, traceparent
 
@@ -645,7 +645,8 @@ def dispatch_pool() -> DispatchPool:
 def drain(*, max_seconds: float | None = None) -> int:
     """Claim and work due rows until none are left (or time is up); returns how many.
 
-    Dispatches and reconciliation reads run on the process's pool; this loop only claims.
+    Dispatches, reconciliation reads and notification deliveries run on the process's pool;
+    this loop only claims.
     When a claim comes back full there may be more work than this process can take, so one
     more wake-up goes out (deduplicated) for a peer. Out of time with work left, it hands
     over to a fresh wake-up rather than holding a worker slot for ever.
@@ -662,15 +663,19 @@ def drain(*, max_seconds: float | None = None) -> int:
         try:
             claimed = claim_batch(held)
             due = claim_reconcile_batch(held - len(claimed)) if len(claimed) < held else []
+            # Notification deliveries take what the engine's own work left of the permits.
+            sends = notifications.claim_deliveries(held - len(claimed) - len(due))
         except BaseException:
             pool.release(held)
             raise
-        pool.release(held - len(claimed) - len(due))
+        pool.release(held - len(claimed) - len(due) - len(sends))
         for action, attempt in claimed:
             pool.submit(dispatch_claimed, action, attempt)
         for action_id in due:
             pool.submit(reconcile_claimed, action_id)
-        got = len(claimed) + len(due)
+        for delivery_id in sends:
+            pool.submit(notifications.deliver_claimed, delivery_id)
+        got = len(claimed) + len(due) + len(sends)
         worked += got
         if not got:
             return worked

@@ -35,6 +35,7 @@ from ledger.services import (
     ledger_set_status_many,
 )
 
+from . import alerts
 from .models import Action, ForceReplayRequest, ForceRequestState, Replay, Run
 from .notify import CHANNEL, notify_settled
 from .states import IN_PROGRESS, BlockReason, Resolution, RunStatus, check_move
@@ -94,6 +95,8 @@ def action_move(action: Action, to: str, *, actor: Actor, reason: str = "", **fi
     ledger_set_status(action.ledger_entry_id, LEDGER_STATUS_FOR[to])
     if to not in IN_PROGRESS:
         notify_settled([action.pk])
+    if to == S.NEEDS_HUMAN:
+        alerts.notify_needs_human(action, why=reason)  # in this transaction, like the audit
     return True
 
 
@@ -570,6 +573,7 @@ def _create_action(
         )
         action.approval_request = request
         action.save(update_fields=["approval_request"])
+        alerts.notify_approval_requested(request, action)
     # The ledger's reservation and the proposal, audited in one INSERT.
     audit_many(
         [
@@ -1063,6 +1067,9 @@ def run_replay(run: Run, *, force: bool, reason: str, actor: Actor) -> Run:
                 obj=run,
                 after={"new_run": str(new_run.pk), "tools_at_risk": verdict.tools_at_risk},
                 reason=reason,
+            )
+            alerts.notify_force_replay(
+                run, new_run, actor=actor, reason=reason, tools_at_risk=verdict.tools_at_risk
             )
     return new_run
 

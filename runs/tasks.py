@@ -2,8 +2,9 @@
 
 `runs.drain` claims and works due rows until none are left (`runs.dispatch.drain`).
 `runs.sweep` (beat, every SWEEP_INTERVAL_SECONDS) moves expired leases on, expires approval
-requests, reaps stale runs, and then drains too, whatever the wake-up flag says: that is what
-bounds the cost of a lost wake-up or a killed worker to one sweep interval.
+requests, reaps stale runs, emits the time-based notifications (`runs.alerts`), and then
+drains too (actions, reads and notification deliveries), whatever the wake-up flag says:
+that is what bounds the cost of a lost wake-up or a killed worker to one sweep interval.
 """
 
 import logging
@@ -13,7 +14,7 @@ from celery.signals import worker_ready, worker_shutting_down
 
 from core.audit import SWEEPER, request_id_var
 
-from . import dispatch, services
+from . import alerts, dispatch, services
 from .wakeup import wake_workers
 
 logger = logging.getLogger(__name__)
@@ -31,12 +32,15 @@ def sweep(self):
     expired = dispatch.expire_leases()
     requests = services.approval_requests_expire(actor=SWEEPER)
     reaped = services.runs_reap_stale(actor=SWEEPER)
-    if expired or requests or reaped:
+    alerted = alerts.alerts_sweep()
+    if expired or requests or reaped or alerted:
         logger.info(
-            "sweep: %d leases expired, %d requests expired, %d stale runs reaped",
+            "sweep: %d leases expired, %d requests expired, %d stale runs reaped, "
+            "%d notifications due",
             len(expired),
             requests,
             reaped,
+            alerted,
         )
     request_id_var.set(self.request.id or "")
     dispatch.drain()

@@ -20,6 +20,15 @@ os.environ.setdefault("METRICS_TOKEN", "test-metrics-token")
 # The console's background re-read on opening an action adds reads the tests do not expect
 # (its own test turns it on).
 os.environ.setdefault("CONSOLE_REREAD_AFTER_SECONDS", "3600")
+# Notifications: retries 1 s, then 2 s apart, three attempts in all, so that the tests see
+# a retry and a give-up in seconds. The workers write e-mail to files (pytest-django gives
+# this process the in-memory backend).
+os.environ.setdefault("NOTIFY_BACKOFF_BASE_SECONDS", "1")
+os.environ.setdefault("NOTIFY_MAX_ATTEMPTS", "3")
+os.environ.setdefault("NOTIFY_TIMEOUT_SECONDS", "2")
+os.environ.setdefault("NOTIFY_LEASE_GRACE_SECONDS", "3")
+os.environ.setdefault("EMAIL_BACKEND", "django.core.mail.backends.filebased.EmailBackend")
+os.environ.setdefault("EMAIL_FILE_PATH", tempfile.mkdtemp(prefix="takeover-test-mail-"))
 
 from console.settings import *  # noqa: F403
 

@@ -1,0 +1,712 @@
+"""Notifications: signed webhooks, Slack-compatible webhooks and e-mail (issue 12, part 5).
+
+How a notification travels:
+
+1. **Emitted in the transaction of its cause.** The service that changes the state calls
+   `emit()` inside its own transaction: one `NotificationEvent` row and one
+   `NotificationDelivery` row per channel (per recipient for e-mail) that listens for the
+   kind. Either the change and its deliveries commit together, or neither does: no
+   "approved, but nobody was told", no "told about something that rolled back". The
+   time-based kinds (an action unknown for too long, a request about to expire, a request
+   over the SLA) are emitted by the periodic sweep (`runs/alerts.py`).
+2. **Once each.** An event is unique per (kind, subject): the INSERT is `ON CONFLICT DO
+   NOTHING`, so two sweeps racing over the same overdue action emit one event, and a later
+   sweep emits nothing.
+3. **The database is the queue.** Workers claim due deliveries (`claim_deliveries`) in the
+   same drain that claims actions (`runs.dispatch.drain`), with `FOR UPDATE SKIP LOCKED`.
+   The claim pushes `next_attempt_at` past the longest an attempt can take, which leases
+   the row to one worker: a worker that dies mid-attempt leaves it due again later. No
+   broker message carries a delivery; the emitter's wake-up is deduplicated
+   (`runs.wakeup`).
+4. **Delivered at least once.** A 2xx (or a mail backend that accepted the message) is
+   delivered; anything else is retried with exponential backoff up to
+   `NOTIFY_MAX_ATTEMPTS`, then the delivery is failed (audited). A worker killed between
+   the receiver's 2xx and our record re-sends it, so receivers deduplicate on the event id.
+
+Signing (webhook and Slack channels; the scheme is documented for receivers in the README):
+`X-Takeover-Signature: v1=<hex HMAC-SHA256(secret, "<timestamp>." + raw body)>`, with the
+Unix time in `X-Takeover-Timestamp`. A receiver recomputes the HMAC over the exact bytes it
+received, compares in constant time, refuses a timestamp more than 5 minutes from its clock
+(a captured request cannot be replayed later), and keeps the event ids it has seen for that
+long (a request replayed within the window is a duplicate). Each attempt is signed afresh
+with its own timestamp; the body, and the event id in it, stay the same.
+
+Quirks: the claim takes the oldest due rows first, not fairly per tenant (a tenant with a
+broken receiver retries with backoff, so it cannot hold the pool for long); the body is
+built at delivery time from what the event recorded at emission.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from urllib.parse import urlsplit
+
+import httpx
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F
+from django.utils import timezone
+from psycopg.types.json import Jsonb
+
+from .audit import Actor, audit
+from .errors import StateConflict, ValidationFailed
+from .models import (
+    ChannelKind,
+    DeliveryAttempt,
+    DeliveryState,
+    Membership,
+    NotificationChannel,
+    NotificationDelivery,
+    NotificationEvent,
+    OperatorPreference,
+    Role,
+    Tenant,
+)
+
+logger = logging.getLogger(__name__)
+
+NOTIFIER = Actor("system", "notifier")
+SIGNATURE_HEADER = "X-Takeover-Signature"
+TIMESTAMP_HEADER = "X-Takeover-Timestamp"
+SIGNATURE_TOLERANCE_SECONDS = 300
+
+# --- what can be notified -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    label: str
+    role: str  # who it is for: e-mail goes to members holding this role
+    help: str
+
+
+KINDS = {
+    k.name: k
+    for k in [
+        Kind(
+            "approval.requested",
+            "Approval requested",
+            Role.APPROVER,
+            "an action waits for an approver",
+        ),
+        Kind(
+            "approval.sla_breached",
+            "Approval over the SLA",
+            Role.APPROVER,
+            "a request has waited longer than the tenant's approval SLA (escalation)",
+        ),
+        Kind(
+            "approval.expiring",
+            "Approval request about to expire",
+            Role.APPROVER,
+            "a pending request will expire soon, and its action will be blocked",
+        ),
+        Kind(
+            "action.needs_human",
+            "Action needs a human",
+            Role.ONCALL,
+            "reconciliation could not prove the outcome; on-call must decide",
+        ),
+        Kind(
+            "action.unknown_overdue",
+            "Unknown for too long",
+            Role.ONCALL,
+            "an action has stayed unknown longer than the tenant's threshold",
+        ),
+        Kind(
+            "replay.forced",
+            "Force replay done",
+            Role.ADMIN,
+            "an admin forced a replay of a run whose side effects may repeat",
+        ),
+    ]
+}
+TEST_KIND = "notification.test"
+
+
+def roles_receiving(role: str) -> list[str]:
+    """The membership roles that imply `role` (admin implies the other two)."""
+    return [Role.ADMIN] if role == Role.ADMIN else [role, Role.ADMIN]
+
+
+def kinds_for_roles(roles) -> list[Kind]:
+    return [k for k in KINDS.values() if k.role in roles]
+
+
+# A delivery's life, declared once: retried while pending, then delivered or failed; an
+# admin may send a failed one again.
+DELIVERY_TRANSITIONS = {
+    DeliveryState.PENDING: {DeliveryState.PENDING, DeliveryState.DELIVERED, DeliveryState.FAILED},
+    DeliveryState.DELIVERED: set(),
+    DeliveryState.FAILED: {DeliveryState.PENDING},
+}
+assert set(DELIVERY_TRANSITIONS) == set(DeliveryState.values)
+
+
+def check_delivery_move(source: str, target: str) -> None:
+    if target not in DELIVERY_TRANSITIONS[source]:
+        raise StateConflict(f"A delivery cannot move from {source} to {target}.")
+
+
+# --- emitting (inside the caller's transaction) -------------------------------------------
+
+INSERT_EVENT = """
+INSERT INTO core_notificationevent
+    (id, tenant_id, kind, subject_type, subject_id, summary, path, data, at)
+VALUES (%(id)s, %(tenant)s, %(kind)s, %(subject_type)s, %(subject_id)s, %(summary)s,
+        %(path)s, %(data)s, %(at)s)
+ON CONFLICT (kind, subject_id) DO NOTHING
+RETURNING id
+"""
+
+
+def emit(
+    *,
+    tenant: Tenant,
+    kind: str,
+    subject_type: str,
+    subject_id,
+    summary: str,
+    path: str = "",
+    data: dict | None = None,
+    channels=None,
+    recipients=None,
+) -> int:
+    """Record one event and its deliveries, in the caller's transaction. Returns how many
+    deliveries were created (0 when no channel listens, or when this kind already fired for
+    this subject). The caller wakes a worker after commit when it is not one.
+
+    `channels` and `recipients` narrow the fan-out (a test notification goes to one channel,
+    and an e-mail test to the admin who asked for it).
+    """
+    if channels is None:
+        channels = list(
+            NotificationChannel.objects.filter(tenant=tenant, enabled=True, events__contains=[kind])
+        )
+    if not channels:
+        return 0
+    now = timezone.now()
+    event_id = uuid.uuid4()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            INSERT_EVENT,
+            {
+                "id": event_id,
+                "tenant": tenant.pk,
+                "kind": kind,
+                "subject_type": subject_type,
+                "subject_id": uuid.UUID(str(subject_id)),
+                "summary": summary,
+                "path": path,
+                "data": Jsonb(data or {}),
+                "at": now,
+            },
+        )
+        if cursor.fetchone() is None:
+            return 0  # fired before: once each
+    rows = []
+    for channel in channels:
+        if channel.kind == ChannelKind.EMAIL:
+            to = recipients if recipients is not None else email_recipients(tenant, kind)
+            rows += [
+                NotificationDelivery(
+                    tenant=tenant,
+                    event_id=event_id,
+                    channel=channel,
+                    recipient=address,
+                    attempts_allowed=settings.NOTIFY_MAX_ATTEMPTS,
+                    next_attempt_at=now,
+                    created_at=now,
+                )
+                for address in to
+            ]
+        else:
+            rows.append(
+                NotificationDelivery(
+                    tenant=tenant,
+                    event_id=event_id,
+                    channel=channel,
+                    attempts_allowed=settings.NOTIFY_MAX_ATTEMPTS,
+                    next_attempt_at=now,
+                    created_at=now,
+                )
+            )
+    NotificationDelivery.objects.bulk_create(rows)
+    return len(rows)
+
+
+def email_recipients(tenant: Tenant, kind: str) -> list[str]:
+    """Members of `tenant` whose role receives `kind` and who asked for it by e-mail."""
+    role = KINDS[kind].role
+    addresses = (
+        Membership.objects.filter(
+            tenant=tenant,
+            role__in=roles_receiving(role),
+            user__preference__email_events__contains=[kind],
+        )
+        .exclude(user__email="")
+        .values_list("user__email", flat=True)
+    )
+    return sorted(set(addresses))
+
+
+def tenants_listening(kind: str) -> list:
+    """Ids of the tenants with an enabled channel for `kind` (the sweep looks only there)."""
+    return list(
+        NotificationChannel.objects.filter(enabled=True, events__contains=[kind])
+        .values_list("tenant_id", flat=True)
+        .distinct()
+    )
+
+
+def already_fired(kind: str, tenant_id):
+    """The subjects `kind` already fired for in this tenant (a subquery for the sweep)."""
+    return NotificationEvent.objects.filter(tenant_id=tenant_id, kind=kind).values("subject_id")
+
+
+# --- channels: set up by admins, each change audited -----------------------------------------
+
+
+def _clean_events(events, kind: str) -> list[str]:
+    events = list(dict.fromkeys(events or []))
+    if unknown := [e for e in events if e not in KINDS]:
+        raise ValidationFailed(
+            "Unknown notification.", {"events": [f"Not a notification: {', '.join(unknown)}."]}
+        )
+    if not events:
+        raise ValidationFailed("Nothing to send.", {"events": ["Choose at least one."]})
+    return events
+
+
+def validate_url(url: str) -> str:
+    """A webhook URL: absolute http or https, a host, no user-info or fragment."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 -- raises on a malformed port
+    except ValueError as exc:
+        raise ValidationFailed("Not a valid URL.", {"url": [f"{exc}."]}) from exc
+    if parts.scheme not in {"http", "https"} or not parts.hostname:
+        raise ValidationFailed("Not a valid URL.", {"url": ["An absolute http or https URL."]})
+    if "@" in parts.netloc or parts.fragment:
+        raise ValidationFailed("Not a valid URL.", {"url": ["No user:password@ and no #fragment."]})
+    return url
+
+
+def new_secret() -> str:
+    return "whsec_" + secrets.token_urlsafe(32)
+
+
+def channel_create(
+    *, tenant: Tenant, name: str, kind: str, url: str = "", events, actor: Actor
+) -> tuple[NotificationChannel, str]:
+    """A new channel; returns it and its signing secret (shown once; empty for e-mail)."""
+    name = (name or "").strip()
+    if not name:
+        raise ValidationFailed("A name is required.", {"name": ["Give it a name."]})
+    if kind not in ChannelKind.values:
+        raise ValidationFailed("Unknown kind.", {"kind": ["Webhook, Slack or e-mail."]})
+    events = _clean_events(events, kind)
+    url = "" if kind == ChannelKind.EMAIL else validate_url((url or "").strip())
+    secret = "" if kind == ChannelKind.EMAIL else new_secret()
+    with transaction.atomic():
+        if NotificationChannel.objects.filter(tenant=tenant, name=name).exists():
+            raise StateConflict(f"A channel named {name!r} already exists.")
+        channel = NotificationChannel.objects.create(
+            tenant=tenant, name=name, kind=kind, url=url, secret=secret, events=events
+        )
+        audit(
+            actor=actor,
+            verb="notification.channel_create",
+            obj=channel,
+            tenant=tenant,
+            after={"name": name, "kind": kind, "url": url, "events": events},
+        )
+    return channel, secret
+
+
+def channel_update(
+    channel: NotificationChannel, *, actor: Actor, events=None, enabled=None
+) -> NotificationChannel:
+    """Change what a channel listens for, or switch it on or off. Deliveries already
+    pending on a channel switched off are given up when their turn comes."""
+    with transaction.atomic():
+        channel = NotificationChannel.objects.select_for_update(no_key=True).get(pk=channel.pk)
+        before, after, fields = {}, {}, []
+        if events is not None:
+            events = _clean_events(events, channel.kind)
+            before["events"], after["events"] = channel.events, events
+            channel.events = events
+            fields.append("events")
+        if enabled is not None:
+            before["enabled"], after["enabled"] = channel.enabled, bool(enabled)
+            channel.enabled = bool(enabled)
+            fields.append("enabled")
+        if fields:
+            channel.save(update_fields=fields)
+            audit(
+                actor=actor,
+                verb="notification.channel_update",
+                obj=channel,
+                tenant=channel.tenant,
+                before=before,
+                after=after,
+            )
+    return channel
+
+
+def channel_rotate_secret(channel: NotificationChannel, *, actor: Actor) -> str:
+    """A new signing secret, in force for every attempt from now on (a receiver that
+    accepts both for a while switches without losing a delivery). Returned once."""
+    if channel.kind == ChannelKind.EMAIL:
+        raise StateConflict("An e-mail channel has no signing secret.")
+    secret = new_secret()
+    with transaction.atomic():
+        NotificationChannel.objects.filter(pk=channel.pk).update(secret=secret)
+        audit(
+            actor=actor,
+            verb="notification.secret_rotate",
+            obj=channel,
+            tenant=channel.tenant,
+            after={"name": channel.name},
+        )
+    channel.secret = secret
+    return secret
+
+
+def notification_test(channel: NotificationChannel, *, actor: Actor, email: str = "") -> int:
+    """Send a test notification through one channel (an e-mail channel sends it to
+    `email`, the admin who asked). Returns the deliveries created."""
+    if channel.kind == ChannelKind.EMAIL and not email:
+        raise StateConflict(
+            "Your account has no e-mail address; add one in your preferences first."
+        )
+    subject = uuid.uuid4()
+    with transaction.atomic():
+        created = emit(
+            tenant=channel.tenant,
+            kind=TEST_KIND,
+            subject_type="channel",
+            subject_id=subject,
+            summary=f"Test notification from Takeover for {channel.tenant.slug}, "
+            f"channel {channel.name!r}, sent by {actor.kind}:{actor.name}.",
+            path="/notifications/",
+            data={"channel": channel.name, "sent_by": actor.as_dict()},
+            channels=[channel],
+            recipients=[email] if email else None,
+        )
+        audit(
+            actor=actor,
+            verb="notification.test",
+            obj=channel,
+            tenant=channel.tenant,
+            after={"name": channel.name, "deliveries": created},
+        )
+    return created
+
+
+def delivery_retry(delivery: NotificationDelivery, *, actor: Actor) -> NotificationDelivery:
+    """An admin sends a failed delivery again (the receiver is fixed): it is due now, with
+    a fresh set of attempts."""
+    check_delivery_move(DeliveryState.FAILED, DeliveryState.PENDING)
+    with transaction.atomic():
+        updated = NotificationDelivery.objects.filter(
+            pk=delivery.pk, state=DeliveryState.FAILED
+        ).update(
+            state=DeliveryState.PENDING,
+            next_attempt_at=timezone.now(),
+            attempts_allowed=F("attempts") + settings.NOTIFY_MAX_ATTEMPTS,
+        )
+        if updated != 1:
+            raise StateConflict("Only a failed delivery can be sent again.")
+        delivery.refresh_from_db()
+        audit(
+            actor=actor,
+            verb="notification.retry",
+            obj=delivery,
+            tenant=delivery.tenant,
+            object_type="notificationdelivery",
+            before={"state": DeliveryState.FAILED},
+            after={"state": DeliveryState.PENDING},
+        )
+    return delivery
+
+
+def operator_set_email_events(user, *, email: str, events) -> list[str]:
+    """An operator's own choice of notifications by e-mail, and the address they go to.
+    A display-and-contact preference, like the time zone: not audited."""
+    from django.core.exceptions import ValidationError
+    from django.core.validators import validate_email
+
+    email = (email or "").strip()
+    if email:
+        try:
+            validate_email(email)
+        except ValidationError as exc:
+            raise ValidationFailed(
+                "Not an e-mail address.", {"email": ["Not an e-mail address."]}
+            ) from exc
+    events = [e for e in dict.fromkeys(events or []) if e in KINDS]
+    if events and not email:
+        raise ValidationFailed(
+            "An e-mail address is needed.", {"email": ["Add the address to send them to."]}
+        )
+    with transaction.atomic():
+        if user.email != email:
+            user.email = email
+            user.save(update_fields=["email"])
+        OperatorPreference.objects.update_or_create(user=user, defaults={"email_events": events})
+    return events
+
+
+# --- signing ----------------------------------------------------------------------------------
+
+
+def sign(secret: str, timestamp: int, body: bytes) -> str:
+    """The signature header's value for `body` sent at `timestamp` (Unix seconds)."""
+    mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
+    return "v1=" + mac.hexdigest()
+
+
+def verify(secret: str, *, timestamp: str, signature: str, body: bytes, now=None) -> bool:
+    """What a receiver does (README, "Verifying a webhook"): the timestamp is recent and
+    one of the `v1=` signatures matches. Several are allowed, comma-separated."""
+    try:
+        sent = int(timestamp)
+    except (TypeError, ValueError):
+        return False
+    if abs((now if now is not None else time.time()) - sent) > SIGNATURE_TOLERANCE_SECONDS:
+        return False
+    expected = sign(secret, sent, body)
+    return any(hmac.compare_digest(expected, s.strip()) for s in (signature or "").split(","))
+
+
+# --- what goes over the wire --------------------------------------------------------------------
+
+
+def link(path: str) -> str:
+    return settings.CONSOLE_URL.rstrip("/") + path if path else ""
+
+
+def webhook_body(event: NotificationEvent, tenant: Tenant) -> dict:
+    return {
+        "id": str(event.pk),
+        "type": event.kind,
+        "tenant": tenant.slug,
+        "created_at": event.at.isoformat(),
+        "summary": event.summary,
+        "url": link(event.path),
+        "data": event.data,
+    }
+
+
+def slack_body(event: NotificationEvent, tenant: Tenant) -> dict:
+    """Slack's incoming-webhook format (also understood by Mattermost, Rocket.Chat and
+    others): `text` for notifications and clients without blocks, and one section."""
+    label = KINDS[event.kind].label if event.kind in KINDS else "Test"
+    url = link(event.path)
+    text = f"*{label}* ({tenant.slug}): {event.summary}"
+    if url:
+        text += f" <{url}|Open in Takeover>"
+    return {
+        "text": text,
+        "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": text}}],
+    }
+
+
+def email_message(event: NotificationEvent, tenant: Tenant) -> tuple[str, str]:
+    label = KINDS[event.kind].label if event.kind in KINDS else "Test notification"
+    subject = f"[Takeover {tenant.slug}] {label}"
+    lines = [event.summary, ""]
+    if url := link(event.path):
+        lines += [f"Open it in the console: {url}", ""]
+    lines += [f"{k}: {json.dumps(v, ensure_ascii=False)}" for k, v in event.data.items()]
+    lines += ["", "You get this because you asked for it in your Takeover preferences."]
+    return subject, "\n".join(lines)
+
+
+# --- delivering (the workers) -------------------------------------------------------------------
+
+CLAIM = """
+SELECT id FROM core_notificationdelivery
+WHERE state = 'pending' AND next_attempt_at <= %(now)s {only}
+ORDER BY next_attempt_at
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+"""
+
+
+def lease() -> timedelta:
+    return timedelta(seconds=settings.NOTIFY_TIMEOUT_SECONDS + settings.NOTIFY_LEASE_GRACE_SECONDS)
+
+
+def claim_deliveries(limit: int, *, only=None) -> list[int]:
+    """Lease up to `limit` due deliveries (of `only`, when given): `next_attempt_at` is
+    pushed past the longest an attempt can take, in the claim's own transaction, so no
+    second worker sends the same row meanwhile. Returns their ids, oldest due first."""
+    if limit <= 0:
+        return []
+    now = timezone.now()
+    params = {"now": now, "limit": limit, "only": list(only or [])}
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(CLAIM.format(only="AND id = ANY(%(only)s)" if only else ""), params)
+            ids = [row[0] for row in cursor.fetchall()]
+        if ids:
+            NotificationDelivery.objects.filter(pk__in=ids).update(next_attempt_at=now + lease())
+    return ids
+
+
+def backoff(attempt: int) -> timedelta:
+    """After the n-th failed attempt: base, 2 × base, 4 × base, …, capped."""
+    seconds = settings.NOTIFY_BACKOFF_BASE_SECONDS * 2 ** max(attempt - 1, 0)
+    return timedelta(seconds=min(seconds, settings.NOTIFY_BACKOFF_MAX_SECONDS))
+
+
+@dataclass
+class Sent:
+    ok: bool
+    status: int | None = None
+    detail: str = ""
+    give_up: bool = False
+
+
+_http: httpx.Client | None = None
+
+
+def http_client() -> httpx.Client:
+    """No proxy from the environment, no redirects (a 3xx is the receiver's answer, never a
+    way to send us elsewhere), no keep-alive. Thread-safe; one per process."""
+    global _http
+    if _http is None:
+        _http = httpx.Client(
+            trust_env=False,
+            follow_redirects=False,
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=0),
+        )
+    return _http
+
+
+def _post(channel: NotificationChannel, delivery, body: dict) -> Sent:
+    raw = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    timestamp = int(time.time())
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": "Takeover-Notifications/1",
+        "X-Takeover-Event": delivery.event.kind,
+        "X-Takeover-Event-Id": str(delivery.event_id),
+        "X-Takeover-Delivery": str(delivery.pk),
+        TIMESTAMP_HEADER: str(timestamp),
+        SIGNATURE_HEADER: sign(channel.secret, timestamp, raw),
+    }
+    try:
+        response = http_client().post(
+            channel.url, content=raw, headers=headers, timeout=settings.NOTIFY_TIMEOUT_SECONDS
+        )
+    except httpx.HTTPError as exc:
+        return Sent(False, detail=f"{type(exc).__name__}: {exc}"[:300])
+    ok = 200 <= response.status_code < 300
+    return Sent(ok, response.status_code, response.text[:300])
+
+
+def _send(delivery: NotificationDelivery) -> Sent:
+    channel, event, tenant = delivery.channel, delivery.event, delivery.tenant
+    if not channel.enabled:
+        return Sent(False, detail="the channel was switched off", give_up=True)
+    if channel.kind == ChannelKind.WEBHOOK:
+        return _post(channel, delivery, webhook_body(event, tenant))
+    if channel.kind == ChannelKind.SLACK:
+        return _post(channel, delivery, slack_body(event, tenant))
+    from django.core.mail import send_mail
+
+    subject, text = email_message(event, tenant)
+    try:
+        send_mail(subject, text, settings.DEFAULT_FROM_EMAIL, [delivery.recipient])
+    except Exception as exc:  # SMTP errors, refused connections, a bad address: retried
+        return Sent(False, detail=f"{type(exc).__name__}: {exc}"[:300])
+    return Sent(True, detail=f"accepted by {settings.EMAIL_BACKEND.rsplit('.', 2)[-2]}")
+
+
+def deliver_claimed(delivery_id) -> str:
+    """Send one claimed delivery (no transaction or lock open meanwhile) and record how it
+    went. Returns the delivery's state afterwards."""
+    delivery = (
+        NotificationDelivery.objects.select_related("channel", "event", "tenant")
+        .filter(pk=delivery_id)
+        .first()
+    )
+    if delivery is None or delivery.state != DeliveryState.PENDING:
+        return delivery.state if delivery else ""
+    started = time.monotonic()
+    at = timezone.now()
+    result = _send(delivery)
+    return record_attempt(delivery, result, at=at, duration=time.monotonic() - started)
+
+
+def record_attempt(delivery: NotificationDelivery, result: Sent, *, at, duration: float) -> str:
+    """The attempt's row and the delivery's next step, together. Conditional on the
+    delivery being as we claimed it: if our lease ran out and another worker recorded an
+    attempt meanwhile, ours is dropped (the receiver deduplicates on the event id)."""
+    number = delivery.attempts + 1
+    now = timezone.now()
+    if result.ok:
+        state, changes = DeliveryState.DELIVERED, {"delivered_at": now, "next_attempt_at": None}
+    elif result.give_up or number >= delivery.attempts_allowed:
+        state, changes = DeliveryState.FAILED, {"next_attempt_at": None}
+    else:
+        state, changes = DeliveryState.PENDING, {"next_attempt_at": now + backoff(number)}
+    check_delivery_move(DeliveryState.PENDING, state)
+    with transaction.atomic():
+        updated = NotificationDelivery.objects.filter(
+            pk=delivery.pk, state=DeliveryState.PENDING, attempts=delivery.attempts
+        ).update(
+            state=state,
+            attempts=number,
+            last_status=result.status,
+            last_error="" if result.ok else result.detail,
+            **changes,
+        )
+        if updated != 1:
+            return DeliveryState.PENDING
+        DeliveryAttempt.objects.create(
+            delivery=delivery,
+            number=number,
+            at=at,
+            ok=result.ok,
+            status=result.status,
+            detail=result.detail,
+            duration_ms=int(duration * 1000),
+        )
+        if state == DeliveryState.FAILED:
+            audit(
+                actor=NOTIFIER,
+                verb="notification.failed",
+                obj=delivery,
+                tenant=delivery.tenant,
+                object_type="notificationdelivery",
+                before={"state": DeliveryState.PENDING},
+                after={
+                    "state": DeliveryState.FAILED,
+                    "attempts": number,
+                    "channel": delivery.channel.name,
+                    "kind": delivery.event.kind,
+                },
+                reason=result.detail,
+            )
+    logger.info(
+        "notification %s (%s → %s): %s after %d attempt(s)",
+        delivery.pk,
+        delivery.event.kind,
+        delivery.channel.name,
+        state,
+        number,
+    )
+    return state
