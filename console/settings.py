@@ -197,6 +197,8 @@ SPECTACULAR_SETTINGS = {
         "ApprovalRequestStateEnum": "approvals.models.RequestState",
         "LedgerStatusEnum": "ledger.models.LedgerStatus",
         "TokenStateEnum": ["active", "revoked", "expired"],
+        "BulkItemKindEnum": ["action", "run"],
+        "ResolveOutcomeEnum": ["succeeded", "failed"],
         # The problem `type` values each error status can carry (console/api/schema.py).
         **{
             "Problem" + "".join(s.title().replace("-", "") for s in slugs) + "TypeEnum": [

@@ -3,7 +3,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import tokens, views
+from . import bulk, notifications, tokens, views
 
 app_name = "console"
 
@@ -49,6 +49,37 @@ urlpatterns = [
     path("replays.csv", views.replays_csv, name="replays_csv"),
     path("audit/", views.audit, name="audit"),
     path("audit.csv", views.audit_csv, name="audit_csv"),
+    path("bulk/", bulk.bulk_preview, name="bulk_preview"),
+    path("bulk/confirm/", bulk.bulk_confirm, name="bulk_confirm"),
+    path("bulk/done/", bulk.bulk_done, name="bulk_done"),
+    path("notifications/", notifications.notifications, name="notifications"),
+    path("notifications/channels/", notifications.channel_create_view, name="channel_create"),
+    path(
+        "notifications/channels/<uuid:pk>/",
+        notifications.channel_update_view,
+        name="channel_update",
+    ),
+    path(
+        "notifications/channels/<uuid:pk>/rotate/",
+        notifications.channel_rotate_view,
+        name="channel_rotate",
+    ),
+    path(
+        "notifications/channels/<uuid:pk>/test/",
+        notifications.channel_test_view,
+        name="channel_test",
+    ),
+    path(
+        "notifications/settings/",
+        notifications.notification_settings_view,
+        name="notification_settings",
+    ),
+    path("notifications/deliveries/", notifications.deliveries, name="deliveries"),
+    path(
+        "notifications/deliveries/<int:pk>/retry/",
+        notifications.delivery_retry_view,
+        name="delivery_retry",
+    ),
     path("tokens/", tokens.tokens, name="tokens"),
     path("tokens/issue/", tokens.token_issue_view, name="token_issue"),
     path("tokens/<uuid:pk>/revoke/", tokens.token_revoke_view, name="token_revoke"),

@@ -272,6 +272,73 @@ class IdempotencyConflictOut(f.Serializer):
 class TenantSettingsOut(f.Serializer):
     four_eyes_force_replay = f.BooleanField()
     approval_sla_seconds = f.IntegerField(help_text="0: no SLA.")
+    unknown_alert_seconds = f.IntegerField(help_text="0: unknown actions are not notified.")
+    approval_expiry_warning_seconds = f.IntegerField(
+        help_text="0: expiring requests are not notified."
+    )
+
+
+class BulkKeyOut(f.Serializer):
+    key = f.CharField()
+    tool = f.CharField()
+    target = f.CharField()
+    hit = f.BooleanField(
+        help_text="Proposing this key again is a ledger hit: the recorded outcome is "
+        "returned and nothing is sent. False: the key was revoked; it would be a new send."
+    )
+    state = f.CharField(allow_blank=True, help_text="The recorded action's state (a hit).")
+
+
+BULK_WILL = [
+    "resolve_succeeded",
+    "resolve_failed",
+    "recheck",
+    "replay",
+    "force_replay",
+    "force_request",
+    "skip",
+]
+
+
+class BulkItemOut(f.Serializer):
+    id = f.UUIDField()
+    kind = f.ChoiceField(choices=["action", "run"])
+    label = f.CharField()
+    state = f.CharField(allow_blank=True, help_text="Its state (status, for a run) now.")
+    will = f.ChoiceField(choices=BULK_WILL)
+    will_label = f.CharField()
+    why = f.CharField(allow_blank=True)
+    read_id = f.IntegerField(
+        allow_null=True, help_text="resolve: the read of the authoritative state decided on."
+    )
+    tools = f.ListField(
+        child=f.CharField(),
+        allow_null=True,
+        help_text="replay: the tools the run called, which a replay may call again (null: "
+        "could not be established).",
+    )
+    keys = BulkKeyOut(many=True, help_text="replay: the fate of each key the run used.")
+
+
+class BulkPlanOut(f.Serializer):
+    operation = f.ChoiceField(choices=["resolve", "recheck", "replay"])
+    outcome = f.ChoiceField(choices=["succeeded", "failed"], allow_null=True)
+    reason = f.CharField(allow_blank=True)
+    force = f.BooleanField()
+    signature = f.CharField(help_text="Pass it to /bulk/apply to confirm exactly this plan.")
+    items = BulkItemOut(many=True)
+
+
+class BulkResultItemOut(BulkItemOut):
+    did = f.ChoiceField(choices=[*BULK_WILL, "refused"])
+    did_label = f.CharField()
+    detail = f.CharField(allow_blank=True)
+    new_run = f.UUIDField(allow_null=True)
+
+
+class BulkResultOut(f.Serializer):
+    plan = BulkPlanOut()
+    results = BulkResultItemOut(many=True)
 
 
 class TokenOut(f.Serializer):

@@ -71,7 +71,21 @@ class TenantSettingsIn(serializers.Serializer):
         required=False,
         min_value=0,
         max_value=MAX_TTL_SECONDS,
-        help_text="Pending approval requests older than this are highlighted (0: off).",
+        help_text="Pending approval requests older than this are highlighted and escalated "
+        "through the notifications (0: off).",
+    )
+    unknown_alert_seconds = StrictIntegerField(
+        required=False,
+        min_value=0,
+        max_value=MAX_TTL_SECONDS,
+        help_text="An action unknown for longer than this is notified, once (0: never).",
+    )
+    approval_expiry_warning_seconds = StrictIntegerField(
+        required=False,
+        min_value=0,
+        max_value=MAX_TTL_SECONDS,
+        help_text="A pending approval request is notified once when it has less than this "
+        "left before it expires (0: never).",
     )
 
 
@@ -163,3 +177,38 @@ class TokenRotateIn(serializers.Serializer):
 
 class OptionalReasonIn(serializers.Serializer):
     reason = StrictCharField(required=False, allow_blank=True, default="", max_length=5000)
+
+
+class BulkIn(serializers.Serializer):
+    operation = serializers.ChoiceField(choices=["resolve", "recheck", "replay"])
+    ids = serializers.ListField(
+        child=serializers.UUIDField(),
+        min_length=1,
+        max_length=50,
+        help_text="Action ids (resolve, recheck) or run ids (replay), at most 50.",
+    )
+    outcome = serializers.ChoiceField(
+        choices=["succeeded", "failed"],
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="resolve only.",
+    )
+    reason = StrictCharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=2000,
+        help_text="Required to resolve and to force; goes to the audit log.",
+    )
+    force = StrictBooleanField(
+        required=False,
+        default=False,
+        help_text="replay only: force the runs the rule refuses (admin, with a reason).",
+    )
+
+
+class BulkApplyIn(BulkIn):
+    signature = StrictCharField(
+        max_length=64, help_text="The `signature` of the preview being confirmed."
+    )

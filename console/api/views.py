@@ -388,8 +388,8 @@ def force_replay_reject(request, pk):
 )
 @api_view(["GET", "POST"])
 def tenant_settings(request):
-    """The tenant's settings (admin): `four_eyes_force_replay`, `approval_sla_seconds`. A
-    POST changes the fields it names."""
+    """The tenant's settings (admin): `four_eyes_force_replay`, `approval_sla_seconds`, and
+    the notification thresholds. A POST changes the fields it names."""
     caller = require_operator(request, Role.ADMIN)
     tenant = caller.tenant
     if request.method == "POST":
@@ -400,6 +400,8 @@ def tenant_settings(request):
         {
             "four_eyes_force_replay": tenant.four_eyes_force_replay,
             "approval_sla_seconds": tenant.approval_sla_seconds,
+            "unknown_alert_seconds": tenant.unknown_alert_seconds,
+            "approval_expiry_warning_seconds": tenant.approval_expiry_warning_seconds,
         }
     )
 
@@ -1047,3 +1049,59 @@ def token_rotate_view(request, pk):
         **options,
     )
     return Response(present.token_dict(new, raw), status=201)
+
+
+# --- bulk decisions with a preview -------------------------------------------------------------
+
+
+def _bulk_args(request, serializer):
+    caller = require_operator(request)
+    fields = valid(serializer, body_object(request))
+    tenant_id = caller.tenant.pk
+    return (
+        caller,
+        {
+            "operation": fields["operation"],
+            "ids": fields["ids"],
+            "outcome": fields["outcome"] or "",
+            "reason": fields["reason"],
+            "force": fields["force"],
+            "tenant_ids": [tenant_id],
+            "can": lambda role, tid: tid == tenant_id and caller.has_role(role),
+            "user": caller.user,
+        },
+        fields,
+    )
+
+
+@extend_schema(
+    operation_id="bulk_preview",
+    request=s.BulkIn,
+    responses={**ok(200, o.BulkPlanOut), **errors_for(411, 413, 415)},
+)
+@api_view(["POST"])
+def bulk_preview(request):
+    """What resolving or re-checking these actions, or replaying these runs, would do, item
+    by item, without doing any of it. Items the caller cannot see, or may not act on, are
+    in the plan with `will: skip` and the reason."""
+    from runs import bulk
+
+    _caller, args, _ = _bulk_args(request, s.BulkIn)
+    return Response(bulk.bulk_plan(**args).as_dict())
+
+
+@extend_schema(
+    operation_id="bulk_apply",
+    request=s.BulkApplyIn,
+    responses={**ok(200, o.BulkResultOut), **errors_for(409, 411, 413, 415)},
+)
+@api_view(["POST"])
+def bulk_apply(request):
+    """Do what the preview with this `signature` said. 409 `state-conflict` (with the new
+    `plan`) when the plan is not that one any more: nothing was done. Each decision is
+    audited by its own service, and the batch as `bulk.apply`."""
+    from runs import bulk
+
+    caller, args, fields = _bulk_args(request, s.BulkApplyIn)
+    plan, results = bulk.bulk_apply(signature=fields["signature"], actor=caller.actor, **args)
+    return Response({"plan": plan.as_dict(), "results": [r.as_dict() for r in results]})

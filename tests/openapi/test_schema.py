@@ -109,8 +109,8 @@ def api(document, world):
 def test_schema_validates_without_warnings(schema_file, document):
     ops = [op for item in document["paths"].values() for op in item.values()]
     # SPEC §7's 27, plus tokens (4), acknowledge, idempotency conflicts, four-eyes force
-    # replay requests (3) and the tenant's settings (2).
-    assert len(ops) == 38
+    # replay requests (3), the tenant's settings (2) and bulk preview and apply (2).
+    assert len(ops) == 40
     assert all(op["operationId"] for op in ops)
     for op in ops:
         for status, response in op["responses"].items():
@@ -163,6 +163,12 @@ def test_real_answers_conform_to_the_schema(api, world, worker):
     oncall.get("/api/v1/queue?state=nope")
     world.wait_action(human["id"])
     oncall.post(f"/api/v1/actions/{human['id']}/reconcile", {})
+    bulk = {"operation": "resolve", "outcome": "failed", "reason": "bulk", "ids": [human["id"]]}
+    plan = oncall.post("/api/v1/bulk/preview", bulk).json()
+    oncall.post("/api/v1/bulk/preview", {**bulk, "ids": []})  # 400
+    oncall.post("/api/v1/bulk/apply", {**bulk, "signature": "not-the-preview"})  # 409
+    assert plan["items"][0]["will"] == "resolve_failed"
+    oncall.post("/api/v1/bulk/preview", {"operation": "recheck", "ids": [human["id"]]})
     oncall.post(f"/api/v1/actions/{human['id']}/resolve", {"outcome": "failed", "reason": "no"})
     oncall.post(f"/api/v1/actions/{human['id']}/resolve", {"outcome": "failed", "reason": "no"})
     requests = approver.get("/api/v1/approval-requests?state=pending").json()["results"]
@@ -184,6 +190,10 @@ def test_real_answers_conform_to_the_schema(api, world, worker):
     agent.post(f"/api/v1/runs/{run['id']}/replay", {"force": True, "reason": "x"})  # 403
     admin.post(f"/api/v1/runs/{run['id']}/replay", {"force": True, "reason": "ops"})
     admin.get("/api/v1/replays")
+    admin.get("/api/v1/settings")
+    replay = {"operation": "replay", "ids": [run["id"]], "force": True, "reason": "again"}
+    plan = admin.post("/api/v1/bulk/preview", replay).json()
+    admin.post("/api/v1/bulk/apply", {**replay, "signature": plan["signature"]})
     entries = admin.get(f"/api/v1/ledger?key={target}:1").json()["results"]
     admin.post(f"/api/v1/ledger/{entries[0]['id']}/revoke", {"reason": "undone by hand"})
     admin.get("/api/v1/audit?verb=action.&actor=principal:agent")

@@ -258,6 +258,29 @@
     }, 0);
   }
 
+  // --- bulk: ticks survive the live refresh ---------------------------------------------------
+  // The rows' checkboxes belong to the bulk form (form="bulk-form"), but live inside the
+  // refreshed region: what is ticked is remembered here and put back after each swap.
+  var picked = {};
+  function pickBoxes() { return document.querySelectorAll('input[type=checkbox][form="bulk-form"]'); }
+  function syncPicks() {
+    var boxes = pickBoxes();
+    var count = 0;
+    for (var i = 0; i < boxes.length; i++) {
+      if (picked[boxes[i].value]) boxes[i].checked = true;
+      if (boxes[i].checked) count++;
+    }
+    var label = document.getElementById("bulk-count");
+    if (label && boxes.length) label.textContent = count ? count + " selected" : "Nothing selected yet.";
+  }
+  document.addEventListener("change", function (event) {
+    var box = event.target;
+    if (box.type !== "checkbox" || box.getAttribute("form") !== "bulk-form") return;
+    if (box.checked) picked[box.value] = true; else delete picked[box.value];
+    syncPicks();
+  });
+  document.addEventListener("htmx:afterSettle", syncPicks);
+
   // --- keyboard shortcuts: j/k move, o opens, r re-checks, ? lists them -------------------
   function typingIn(target) {
     return target.closest && target.closest("input, textarea, select, [contenteditable], dialog");
