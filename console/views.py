@@ -241,6 +241,8 @@ def preferences(request):
 
     from .timezones import SESSION_KEY, zone_choices
 
+    if request.method == "POST" and request.POST.get("form") == "email":
+        return _email_preferences(request)
     if request.method == "POST":
         try:
             name = operator_set_time_zone(request.user, time_zone=request.POST.get("time_zone", ""))
@@ -250,6 +252,11 @@ def preferences(request):
             request.session[SESSION_KEY] = name
             messages.success(request, f"Times are now shown in {name}.")
         return _go(request, reverse("console:preferences"))
+    from core import notifications
+    from core.models import OperatorPreference
+
+    preference = OperatorPreference.objects.filter(user=request.user).first()
+    roles = {r for m in request.scope.memberships for r in m.roles}
     return render(
         request,
         "console/preferences.html",
@@ -257,8 +264,31 @@ def preferences(request):
             "section": "preferences",
             "zones": zone_choices(),
             "current": timezone.get_current_timezone_name(),
+            "email_kinds": notifications.kinds_for_roles(roles),
+            "email_events": preference.email_events if preference else [],
         },
     )
+
+
+def _email_preferences(request):
+    """The operator's own e-mail notifications: the address, and which kinds."""
+    from core.notifications import operator_set_email_events
+
+    try:
+        events = operator_set_email_events(
+            request.user, email=request.POST.get("email", ""), events=request.POST.getlist("events")
+        )
+    except DomainError as exc:
+        messages.error(request, f"Not saved: {exc.detail}")
+    else:
+        messages.success(
+            request,
+            f"You get {len(events)} kind{'s' if len(events) != 1 else ''} of notification by "
+            "e-mail, where an admin has set up an e-mail channel for them."
+            if events
+            else "You get no notifications by e-mail.",
+        )
+    return _go(request, reverse("console:preferences") + "#email-h")
 
 
 @operator_required()
@@ -747,17 +777,41 @@ def runs(request):
 
 def _run_context(request, run, **extra) -> dict:
     detail = sel.run_detail(run)
+    waiting_force = run.force_requests.filter(state=ForceRequestState.PENDING).first()
+    verdict = detail.verdict
+    # What the page shows, for its live poll (204 when unchanged), and the replay panel's own
+    # part: the panel holds the force form, so it is only replaced when its verdict changed.
+    replay_signature = sel.signature(
+        verdict.as_dict(), waiting_force.pk if waiting_force else None, run.status
+    )
+    live_signature = sel.signature(
+        run.status,
+        run.finished_at,
+        run.heartbeat_at,
+        run.attempts,
+        run.error_message,
+        [(a.pk, a.state) for a in detail.actions],
+        detail.tools_executed,
+        [(r.new_run_id, r.new_run.status) for r in detail.replayed_by],
+        run.replay_of.status if run.replay_of_id else None,
+        replay_signature,
+    )
     context = {
         "section": "runs",
         "run": run,
         "detail": detail,
-        "verdict": detail.verdict,
+        "verdict": verdict,
         "config_json": sel.pretty_json(run.config),
         "is_admin": request.scope.has_role(Role.ADMIN, run.tenant_id),
         "force_form": ForceReplayForm(run=run),
-        "waiting_force": run.force_requests.filter(state=ForceRequestState.PENDING).first(),
+        "waiting_force": waiting_force,
         "four_eyes": run.tenant.four_eyes_force_replay,
         "short_id": str(run.pk)[:8],
+        "run_settled": run.status not in {"pending", "running"},
+        "live_signature": live_signature,
+        "replay_signature": replay_signature,
+        "replay_change_text": f"This run is now {run.status}, and its replay verdict changed",
+        "replay_change_at": run.finished_at or run.heartbeat_at or run.created_at,
     }
     context.update(extra)
     return context
@@ -766,6 +820,13 @@ def _run_context(request, run, **extra) -> dict:
 @operator_required()
 def run_detail(request, pk):
     run = sel.get_run_for(request.scope, pk)
+    if request.htmx and request.GET.get("live"):
+        context = _run_context(request, run)
+        if request.GET.get("v") == context["live_signature"]:
+            return HttpResponse(status=204)
+        context["oob"] = True
+        context["replay_oob"] = request.GET.get("c") != context["replay_signature"]
+        return render(request, "console/run.html#run-live", context)
     extra = {}
     if form := _recall_form(request, f"force:{pk}", lambda data: ForceReplayForm(data, run=run)):
         extra["force_form"] = form
