@@ -1,0 +1,296 @@
+"""The console's notification pages (admin): the tenant's channels and thresholds, and the
+delivery log. Self-contained (views, forms, templates) and calling `core.notifications`'
+services, which audit every change.
+
+A new signing secret is shown once, in the answer to the POST that made it (a 200, not a
+redirect), like a new API token: a flash message would store it in the session.
+"""
+
+from django import forms
+from django.contrib import messages
+from django.db import transaction
+from django.db.models import Count
+from django.http import Http404, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from core import notifications as n
+from core.errors import DomainError, ValidationFailed
+from core.models import (
+    ChannelKind,
+    DeliveryState,
+    NotificationChannel,
+    NotificationDelivery,
+    Role,
+)
+from core.services import tenant_settings_update
+from runs.wakeup import wake_workers
+
+from . import selectors as sel
+from .views import _query, operator_required
+
+KIND_CHOICES = [(k.name, k.label) for k in n.KINDS.values()]
+MAX_MINUTES = 30 * 24 * 60
+
+
+class ChannelForm(forms.Form):
+    name = forms.CharField(label="Name", max_length=100, strip=True)
+    kind = forms.ChoiceField(label="Kind", choices=ChannelKind.choices)
+    url = forms.CharField(label="URL", max_length=500, required=False, strip=True)
+    events = forms.MultipleChoiceField(
+        label="Send", choices=KIND_CHOICES, error_messages={"required": "Choose at least one."}
+    )
+
+
+def _see_other(url: str) -> HttpResponseRedirect:
+    response = HttpResponseRedirect(url)
+    response.status_code = 303
+    return response
+
+
+def _wake() -> None:
+    """A worker sends it now rather than at the next sweep (the rows are committed: this
+    view runs in autocommit, so on_commit runs at once; `robust`: a broker outage only
+    delays it to the sweep)."""
+    transaction.on_commit(wake_workers, robust=True)
+
+
+def _minutes(seconds: int) -> int:
+    return seconds // 60
+
+
+def _page(request, *, form=None, new_secret=None, status=200):
+    tenant = request.scope.tenant
+    channels = list(NotificationChannel.objects.filter(tenant=tenant).order_by("name"))
+    counts = {}
+    for row in (
+        NotificationDelivery.objects.filter(tenant=tenant)
+        .values("channel_id", "state")
+        .annotate(n=Count("pk"))
+        .order_by()
+    ):
+        counts.setdefault(row["channel_id"], {})[row["state"]] = row["n"]
+    for channel in channels:
+        channel.counts = counts.get(channel.pk, {})
+        channel.event_labels = [n.KINDS[e].label for e in channel.events if e in n.KINDS]
+    return render(
+        request,
+        "console/notifications.html",
+        {
+            "section": "notifications",
+            "channels": channels,
+            "form": form or ChannelForm(initial={"kind": ChannelKind.WEBHOOK}),
+            "kinds": list(n.KINDS.values()),
+            "channel_kinds": ChannelKind.choices,
+            "new_secret": new_secret,
+            "unknown_minutes": _minutes(tenant.unknown_alert_seconds),
+            "expiry_minutes": _minutes(tenant.approval_expiry_warning_seconds),
+            "sla_minutes": _minutes(tenant.approval_sla_seconds),
+            "tolerance": n.SIGNATURE_TOLERANCE_SECONDS,
+        },
+        status=status,
+    )
+
+
+@operator_required(Role.ADMIN)
+def notifications(request):
+    return _page(request)
+
+
+@require_POST
+@operator_required(Role.ADMIN)
+def channel_create_view(request):
+    scope = request.scope
+    form = ChannelForm(request.POST)
+    if not form.is_valid():
+        return _page(request, form=form, status=422)
+    data = form.cleaned_data
+    try:
+        channel, secret = n.channel_create(
+            tenant=scope.tenant,
+            name=data["name"],
+            kind=data["kind"],
+            url=data["url"],
+            events=data["events"],
+            actor=scope.actor,
+        )
+    except ValidationFailed as exc:
+        for name, errors in exc.extra.get("errors", {}).items():
+            for error in errors:
+                form.add_error(name if name in form.fields else None, error)
+        return _page(request, form=form, status=422)
+    except DomainError as exc:
+        form.add_error(None, exc.detail)
+        return _page(request, form=form, status=422)
+    if not secret:
+        messages.success(
+            request,
+            f"E-mail channel {channel.name!r} added. Operators choose what they get by "
+            "e-mail in their preferences.",
+        )
+        return _see_other(reverse("console:notifications"))
+    return _page(request, new_secret={"channel": channel, "secret": secret, "verb": "added"})
+
+
+def _channel_for(request, pk) -> NotificationChannel:
+    channel = NotificationChannel.objects.filter(pk=pk, tenant=request.scope.tenant).first()
+    if channel is None:
+        raise Http404("No such channel.")
+    return channel
+
+
+@require_POST
+@operator_required(Role.ADMIN)
+def channel_update_view(request, pk):
+    channel = _channel_for(request, pk)
+    change = request.POST.get("change", "")
+    try:
+        if change == "events":
+            n.channel_update(
+                channel, actor=request.scope.actor, events=request.POST.getlist("events")
+            )
+            messages.success(request, f"{channel.name}: notifications saved.")
+        elif change in {"enable", "disable"}:
+            n.channel_update(channel, actor=request.scope.actor, enabled=change == "enable")
+            messages.success(
+                request,
+                f"{channel.name} is {'on' if change == 'enable' else 'off'}."
+                + ("" if change == "enable" else " Pending deliveries to it are given up."),
+            )
+        else:
+            raise Http404("No such change.")
+    except ValidationFailed as exc:
+        said = [e for errors in exc.extra.get("errors", {}).values() for e in errors]
+        messages.error(request, f"Not saved: {' '.join(said) or exc.detail}")
+    return _see_other(reverse("console:notifications") + f"#channel-{channel.pk}")
+
+
+@require_POST
+@operator_required(Role.ADMIN)
+def channel_rotate_view(request, pk):
+    channel = _channel_for(request, pk)
+    try:
+        secret = n.channel_rotate_secret(channel, actor=request.scope.actor)
+    except DomainError as exc:
+        messages.error(request, exc.detail)
+        return _see_other(reverse("console:notifications"))
+    return _page(request, new_secret={"channel": channel, "secret": secret, "verb": "rotated"})
+
+
+@require_POST
+@operator_required(Role.ADMIN)
+def channel_test_view(request, pk):
+    channel = _channel_for(request, pk)
+    try:
+        created = n.notification_test(channel, actor=request.scope.actor, email=request.user.email)
+    except DomainError as exc:
+        messages.error(request, f"Not sent: {exc.detail}")
+        return _see_other(reverse("console:notifications"))
+    _wake()
+    messages.info(
+        request,
+        f"Test notification queued for {channel.name} ({created} "
+        f"deliver{'y' if created == 1 else 'ies'}). Its progress is below.",
+    )
+    return _see_other(reverse("console:deliveries") + f"?channel={channel.pk}")
+
+
+@require_POST
+@operator_required(Role.ADMIN)
+def notification_settings_view(request):
+    values = {}
+    for field, name in [
+        ("unknown_alert_minutes", "unknown_alert_seconds"),
+        ("approval_expiry_warning_minutes", "approval_expiry_warning_seconds"),
+    ]:
+        raw = request.POST.get(field, "").strip() or "0"
+        if not raw.isdigit() or int(raw) > MAX_MINUTES:
+            messages.error(request, "Not saved: give whole numbers of minutes (0: never).")
+            return _see_other(reverse("console:notifications"))
+        values[name] = int(raw) * 60
+    tenant_settings_update(request.scope.tenant, actor=request.scope.actor, **values)
+    unknown = values["unknown_alert_seconds"] // 60
+    expiry = values["approval_expiry_warning_seconds"] // 60
+    messages.success(
+        request,
+        (
+            f"Unknown actions are announced after {unknown} min"
+            if unknown
+            else "Unknown actions are not announced"
+        )
+        + "; "
+        + (
+            f"requests {expiry} min before they expire."
+            if expiry
+            else "expiring requests are not announced."
+        ),
+    )
+    return _see_other(reverse("console:notifications"))
+
+
+# --- the delivery log ------------------------------------------------------------------------
+
+
+def _deliveries(request):
+    tenant = request.scope.tenant
+    qs = NotificationDelivery.objects.filter(tenant=tenant).select_related("event", "channel")
+    state = request.GET.get("state", "")
+    if state in DeliveryState.values:
+        qs = qs.filter(state=state)
+    channel = request.GET.get("channel", "")
+    channels = list(NotificationChannel.objects.filter(tenant=tenant).order_by("name"))
+    if channel and channel in {str(c.pk) for c in channels}:
+        qs = qs.filter(channel_id=channel)
+    else:
+        channel = ""
+    rows, next_cursor = sel.keyset(
+        qs.prefetch_related("attempt_log"),
+        sel.parse_cursor(request.GET.get("after")),
+        descending=True,
+    )
+    for d in rows:
+        d.kind_label = n.KINDS[d.event.kind].label if d.event.kind in n.KINDS else "Test"
+    signature = sel.signature(
+        [(d.pk, d.state, d.attempts, d.next_attempt_at) for d in rows], next_cursor
+    )
+    return rows, next_cursor, state, channel, channels, signature
+
+
+@operator_required(Role.ADMIN)
+def deliveries(request):
+    rows, next_cursor, state, channel, channels, signature = _deliveries(request)
+    if request.htmx and request.GET.get("refresh") and request.GET.get("v") == signature:
+        return HttpResponse(status=204)
+    context = {
+        "section": "notifications",
+        "rows": rows,
+        "state": state,
+        "channel": channel,
+        "channels": channels,
+        "states": DeliveryState.choices,
+        "signature": signature,
+        "paged": bool(request.GET.get("after")),
+        "next_query": _query(request, after=next_cursor) if next_cursor else "",
+        "first_query": _query(request, after=None),
+        "refresh_query": _query(request, refresh="1", v=signature),
+    }
+    if request.htmx and request.GET.get("refresh"):
+        return render(request, "console/deliveries.html#delivery-log", context)
+    return render(request, "console/deliveries.html", context)
+
+
+@require_POST
+@operator_required(Role.ADMIN)
+def delivery_retry_view(request, pk):
+    delivery = NotificationDelivery.objects.filter(pk=pk, tenant=request.scope.tenant).first()
+    if delivery is None:
+        raise Http404("No such delivery.")
+    try:
+        n.delivery_retry(delivery, actor=request.scope.actor)
+    except DomainError as exc:
+        messages.error(request, f"Not sent again: {exc.detail}")
+    else:
+        _wake()
+        messages.success(request, "Sent again: it is due now, with a fresh set of attempts.")
+    return _see_other(reverse("console:deliveries"))
