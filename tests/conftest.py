@@ -126,7 +126,7 @@ class Downstream:
 
 def start_downstream() -> Downstream:
     process = subprocess.Popen(
-        [sys.executable, str(ROOT / "console/demo/downstream.py"), "--port", "0", "--quiet"],
+        [sys.executable, str(ROOT / "demo/downstream.py"), "--port", "0", "--quiet"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -197,7 +197,7 @@ def start_worker(tmp_path_factory, *, beat=True, env=None) -> Worker:
         "-m",
         "celery",
         "-A",
-        "console",
+        "takeover",
         "worker",
         "-P",
         "threads",

@@ -1,6 +1,6 @@
 """Test settings: the project's own, with a private broker directory and quicker clocks.
 
-Set through the environment (before console.settings is read), so that the Celery worker
+Set through the environment (before takeover.settings is read), so that the Celery worker
 processes the tests start inherit exactly the same configuration.
 """
 
@@ -30,6 +30,12 @@ os.environ.setdefault("NOTIFY_LEASE_GRACE_SECONDS", "3")
 os.environ.setdefault("EMAIL_BACKEND", "django.core.mail.backends.filebased.EmailBackend")
 os.environ.setdefault("EMAIL_FILE_PATH", tempfile.mkdtemp(prefix="takeover-test-mail-"))
 
-from console.settings import *  # noqa: F403
+# The tests are an entry point of their own: start the embedded PostgreSQL (when DATABASE_URL
+# is unset) before the project's settings read its URL.
+from takeover.embedded_db import prepare
+
+prepare()
+
+from takeover.settings import *  # noqa: E402, F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast sign-ins in tests

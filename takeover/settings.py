@@ -70,10 +70,12 @@ INSTALLED_APPS = [
     "approvals",
     "runs",
     "console",
+    "demo",
+    "takeover",  # the project: its management commands (bench, soak, readyz)
 ]
 
 MIDDLEWARE = [
-    "console.ops.OpsMiddleware",  # /healthz, /readyz, /metrics: before host checks
+    "takeover.ops.OpsMiddleware",  # /healthz, /readyz, /metrics: before host checks
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "core.middleware.RequestIdMiddleware",
@@ -88,8 +90,8 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
 ]
 
-ROOT_URLCONF = "console.urls"
-WSGI_APPLICATION = "console.wsgi.application"
+ROOT_URLCONF = "takeover.urls"
+WSGI_APPLICATION = "takeover.wsgi.application"
 
 TEMPLATES = [
     {
@@ -107,12 +109,17 @@ TEMPLATES = [
     },
 ]
 
-if os.environ.get("DATABASE_URL"):
-    _database_url = os.environ["DATABASE_URL"]
-else:
-    from console.embedded_db import ensure_running
+# Importing the settings starts nothing. With DATABASE_URL unset, the entry points
+# (manage.py, takeover.wsgi, takeover.celery, the test settings) start the embedded server
+# first, through `takeover.embedded_db.prepare()`, which leaves its URL here.
+_database_url = os.environ.get("DATABASE_URL") or os.environ.get("TAKEOVER_EMBEDDED_DATABASE_URL")
+if not _database_url:
+    from django.core.exceptions import ImproperlyConfigured
 
-    _database_url = ensure_running(VAR_DIR)
+    raise ImproperlyConfigured(
+        "Set DATABASE_URL, or start Takeover through manage.py, takeover.wsgi or "
+        "takeover.celery, which start the embedded PostgreSQL (takeover.embedded_db.prepare)."
+    )
 
 DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=60)}
 # dj-database-url leaves a Unix-socket `?host=` in OPTIONS; HOST is where Django (and anyone
@@ -176,7 +183,7 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.MultiPartParser",
     ],
     "EXCEPTION_HANDLER": "core.api.problems.exception_handler",
-    "DEFAULT_SCHEMA_CLASS": "console.api.schema.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "api.schema.AutoSchema",
     "UNAUTHENTICATED_USER": None,
 }
 SPECTACULAR_SETTINGS = {
@@ -199,7 +206,7 @@ SPECTACULAR_SETTINGS = {
         "TokenStateEnum": ["active", "revoked", "expired"],
         "BulkItemKindEnum": ["action", "run"],
         "ResolveOutcomeEnum": ["succeeded", "failed"],
-        # The problem `type` values each error status can carry (console/api/schema.py).
+        # The problem `type` values each error status can carry (api/schema.py).
         **{
             "Problem" + "".join(s.title().replace("-", "") for s in slugs) + "TypeEnum": [
                 f"/problems/{s}" for s in slugs

@@ -105,7 +105,7 @@ class Stack:
         self.env = {
             **os.environ,
             "DATABASE_URL": self.database_url,
-            "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "console.settings"),
+            "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "takeover.settings"),
             "PYTHONUNBUFFERED": "1",
             # No access line per request, no line per dispatch: they would be measured too.
             "LOG_LEVEL": os.environ.get("LOG_LEVEL", "WARNING"),
@@ -127,7 +127,7 @@ class Stack:
     def start(self) -> Stack:
         py = sys.executable
         ds = subprocess.Popen(
-            [py, str(ROOT / "console/demo/downstream.py"), "--port", "0", "--quiet"],
+            [py, str(ROOT / "demo/downstream.py"), "--port", "0", "--quiet"],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
@@ -145,7 +145,7 @@ class Stack:
                 py,
                 "-m",
                 "gunicorn",
-                "console.wsgi",
+                "takeover.wsgi",
                 "-k",
                 "gthread",
                 "-w",
@@ -169,7 +169,7 @@ class Stack:
                     "-m",
                     "celery",
                     "-A",
-                    "console",
+                    "takeover",
                     "beat",
                     "--loglevel",
                     "WARNING",
@@ -188,7 +188,7 @@ class Stack:
                 "-m",
                 "celery",
                 "-A",
-                "console",
+                "takeover",
                 "worker",
                 "-P",
                 "threads",
@@ -264,9 +264,9 @@ def tenant_stack(label: str, *, workers: int, timeout_seconds: float = 10, say=p
 
     from django.db import connection
 
-    from console.management.commands.bench_queue import database_url
     from core.audit import SYSTEM
     from core.services import principal_create, tenant_create, tool_create
+    from takeover.management.commands.bench_queue import database_url
 
     tenant = tenant_create(slug=f"{label}-{uuid.uuid4().hex[:6]}", actor=SYSTEM)
     _principal, token = principal_create(tenant=tenant, name=f"{label}-agent", actor=SYSTEM)

@@ -11,6 +11,7 @@ Ctrl-C with `stop()`.
 """
 
 import logging
+import os
 import warnings
 from pathlib import Path
 
@@ -38,6 +39,23 @@ def ensure_running(var_dir: Path) -> str:
         if not exists:
             conn.execute(f'CREATE DATABASE "{DB_NAME}"')
     return server.get_uri(DB_NAME)
+
+
+URL_VARIABLE = "TAKEOVER_EMBEDDED_DATABASE_URL"
+
+
+def var_dir() -> Path:
+    return Path(os.environ.get("TAKEOVER_VAR_DIR", Path(__file__).resolve().parent.parent / "var"))
+
+
+def prepare() -> None:
+    """What every entry point calls before Django reads its settings: with `DATABASE_URL`
+    unset, start the embedded server (if it is not up) and leave its URL in the environment,
+    where the settings, and the child processes of `make run` and the tests, find it.
+    Importing the settings never starts a server."""
+    if os.environ.get("DATABASE_URL"):
+        return
+    os.environ[URL_VARIABLE] = ensure_running(var_dir())
 
 
 def stop(var_dir: Path) -> None:
