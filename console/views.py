@@ -810,8 +810,11 @@ def _run_context(request, run, **extra) -> dict:
         "run_settled": run.status not in {"pending", "running"},
         "live_signature": live_signature,
         "replay_signature": replay_signature,
-        "replay_change_text": f"This run is now {run.status}, and its replay verdict changed",
-        "replay_change_at": run.finished_at or run.heartbeat_at or run.created_at,
+        "replay_change_text": "The replay verdict of this run changed",
+        # When what the verdict rests on last changed: the run's end, or one of its actions.
+        "replay_change_at": max(
+            [run.finished_at or run.created_at, *(a.updated_at for a in detail.actions)]
+        ),
     }
     context.update(extra)
     return context

@@ -12,9 +12,10 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from approvals.models import ApprovalRequest
-from core.models import Role
+from core.models import NotificationChannel, NotificationDelivery, Role
+from core.notifications import channel_create
 from runs.models import Action, Replay, Run
-from tests.conftest import make_world
+from tests.conftest import SETUP, make_world
 from tests.console.conftest import (
     make_awaiting,
     make_failed_run_with_tools,
@@ -28,17 +29,27 @@ class Scene:
     needs: Action
     awaiting: Action
     run: Run
+    channel: object = None
 
 
 @pytest.fixture(scope="module")
 def scene(django_db_setup, django_db_blocker, downstream):
     with django_db_blocker.unblock():
         world = make_world(downstream)
+        channel, _ = channel_create(
+            tenant=world.tenant,
+            name="pager",
+            kind="webhook",
+            url="http://127.0.0.1:9/hook",
+            events=["replay.forced"],
+            actor=SETUP,
+        )
         return Scene(
             world=world,
             needs=make_needs_human(world),
             awaiting=make_awaiting(world),
             run=make_failed_run_with_tools(world),
+            channel=channel,
         )
 
 
@@ -96,12 +107,33 @@ URLS = {
         Role.APPROVER,
         True,
     ),
+    "notifications": ("get", lambda s: "/notifications/", Role.ADMIN, False),
+    "deliveries": ("get", lambda s: "/notifications/deliveries/", Role.ADMIN, False),
+    "channel_update": (
+        "post",
+        lambda s: f"/notifications/channels/{s.channel.pk}/",
+        Role.ADMIN,
+        True,
+    ),
+    "channel_rotate": (
+        "post",
+        lambda s: f"/notifications/channels/{s.channel.pk}/rotate/",
+        Role.ADMIN,
+        True,
+    ),
+    "channel_test": (
+        "post",
+        lambda s: f"/notifications/channels/{s.channel.pk}/test/",
+        Role.ADMIN,
+        True,
+    ),
 }
 POST_BODIES = {
     "resolve": {"outcome": "succeeded", "reason": "checked by hand"},
     "grant": {"ttl_seconds": "3600"},
     "deny": {"reason": "no"},
     "force_replay": {"reason": "because", "confirm": "x"},
+    "channel_update": {"change": "disable"},
 }
 
 
@@ -135,6 +167,8 @@ def snapshot(scene):
         ApprovalRequest.objects.get(pk=scene.awaiting.approval_request_id).state,
         Replay.objects.filter(original_run=scene.run).count(),
         needs.reconciliations.count(),
+        NotificationChannel.objects.filter(pk=scene.channel.pk).values_list("secret", "enabled")[0],
+        NotificationDelivery.objects.filter(channel=scene.channel).count(),
     )
 
 
