@@ -287,6 +287,7 @@ class BulkKeyOut(f.Serializer):
         "returned and nothing is sent. False: the key was revoked; it would be a new send."
     )
     state = f.CharField(allow_blank=True, help_text="The recorded action's state (a hit).")
+    state_label = f.CharField(allow_blank=True)
 
 
 BULK_WILL = [
@@ -305,6 +306,7 @@ class BulkItemOut(f.Serializer):
     kind = f.ChoiceField(choices=["action", "run"])
     label = f.CharField()
     state = f.CharField(allow_blank=True, help_text="Its state (status, for a run) now.")
+    state_label = f.CharField(allow_blank=True)
     will = f.ChoiceField(choices=BULK_WILL)
     will_label = f.CharField()
     why = f.CharField(allow_blank=True)
@@ -318,6 +320,8 @@ class BulkItemOut(f.Serializer):
         "could not be established).",
     )
     keys = BulkKeyOut(many=True, help_text="replay: the fate of each key the run used.")
+    hits = f.IntegerField(help_text="replay: how many of `keys` are ledger hits.")
+    sends = f.IntegerField(help_text="replay: how many of `keys` would be sent again.")
 
 
 class BulkPlanOut(f.Serializer):

@@ -74,6 +74,11 @@ def _page(request, *, form=None, new_secret=None, status=200):
     for channel in channels:
         channel.counts = counts.get(channel.pk, {})
         channel.event_labels = [n.KINDS[e].label for e in channel.events if e in n.KINDS]
+        if channel.kind == ChannelKind.EMAIL:
+            # Who it reaches today: members whose role and preferences ask for one of its kinds.
+            channel.recipients = sorted(
+                {a for kind in channel.events for a in n.email_recipients(tenant, kind)}
+            )
     return render(
         request,
         "console/notifications.html",

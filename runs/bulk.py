@@ -97,6 +97,10 @@ class BulkItem:
         data = asdict(self)
         data.pop("tenant_id")
         data["will_label"] = WILLS[self.will]
+        data["state_label"] = self.state.replace("_", " ")
+        for key in data["keys"]:
+            key["state_label"] = key["state"].replace("_", " ")
+        data["hits"], data["sends"] = len(self.hits), len(self.sends)
         return data
 
 

@@ -9,6 +9,7 @@ authoritative state back, and operators acting through the console's own service
 """
 
 import contextlib
+import re
 import uuid
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from tests.console.conftest import (
     agent_of,
     make_awaiting,
     make_failed_run_with_tools,
+    make_failed_run_without_tools,
     make_needs_human,
     make_unknown,
     operator_actor,
@@ -124,6 +126,43 @@ def test_screenshots(live_db, downstream, new_page, console_server):
             actor=agent_of(w),
         )
 
+    # Notifications: a webhook that delivers, a Slack channel whose receiver is down, e-mail.
+    from core import notifications
+    from tests.receiver import start_receiver
+
+    pager, pager_server = start_receiver()
+    down, down_server = start_receiver(script=[500] * 10)
+    _, pager.secret = notifications.channel_create(
+        tenant=w.tenant,
+        name="on-call pager",
+        kind="webhook",
+        url=pager.url,
+        events=["action.needs_human", "action.unknown_overdue", "replay.forced"],
+        actor=operator_actor(w.admin),
+    )
+    notifications.channel_create(
+        tenant=w.tenant,
+        name="#support-approvals",
+        kind="slack",
+        url=down.url,
+        events=["approval.requested", "approval.sla_breached"],
+        actor=operator_actor(w.admin),
+    )
+    notifications.channel_create(
+        tenant=w.tenant,
+        name="approver e-mail",
+        kind="email",
+        events=["approval.requested", "approval.expiring"],
+        actor=operator_actor(w.admin),
+    )
+    make_needs_human(w, run=start_run(w), target="TCK-4420")
+    make_awaiting(w, run=start_run(w), target="l.nguyen@example.com")
+    deliver_all()
+    pager_server.shutdown()
+    down_server.shutdown()
+    replay_run = failed_run.replays.first()
+    clean_failed = make_failed_run_without_tools(w)
+
     shots = {
         "queue": "/",
         "action": f"/actions/{needs.pk}/",
@@ -134,19 +173,64 @@ def test_screenshots(live_db, downstream, new_page, console_server):
         "run": f"/runs/{failed_run.pk}/",
         "replays": "/replays/",
         **extra_shots(awaiting, run),
+        "notifications": "/notifications/",
+        "deliveries": "/notifications/deliveries/",
+        "preferences": "/preferences/",
+        "tokens": "/tokens/",
+        "run-replay": f"/runs/{replay_run.pk}/",
     }
+
+    def shoot(page, name, width):
+        page.wait_for_load_state("networkidle")
+        page.screenshot(path=str(OUT / f"{name}-{width}.png"))
+        page.screenshot(path=str(OUT / f"{name}-{width}-full.png"), full_page=True)
+
     for width, height in WIDTHS:
         page = new_page()
         page.set_viewport_size({"width": width, "height": height})
         page.goto(console_server("/login/"))
-        page.screenshot(path=str(OUT / f"login-{width}.png"))
+        shoot(page, "login", width)
         sign_in(page, console_server, w.admin)
         for name, path in shots.items():
             page.goto(console_server(path))
-            page.wait_for_load_state("networkidle")
-            page.screenshot(path=str(OUT / f"{name}-{width}.png"))
-            page.screenshot(path=str(OUT / f"{name}-{width}-full.png"), full_page=True)
+            shoot(page, name, width)
+        # Pages reached by a POST: a bulk preview, its result, a new signing secret.
+        page.goto(console_server("/"))
+        for box in page.locator('input[form="bulk-form"]').all()[:3]:
+            box.check()
+        page.get_by_label("With the selected").select_option("recheck")
+        page.get_by_role("button", name="Preview").click()
+        shoot(page, "bulk-preview", width)
+        page.get_by_role("button", name=re.compile("^Confirm")).click()
+        shoot(page, "bulk-done", width)
+        page.goto(console_server("/runs/"))
+        for r in (failed_run, run, replay_run, clean_failed):
+            page.locator(f"#pick-{r.pk}").check()
+        page.get_by_label(re.compile("Force where the rule refuses")).check()
+        page.get_by_label(re.compile("^Reason")).fill("Ticket updates are keyed.")
+        page.get_by_role("button", name="Preview replay of the selected").click()
+        shoot(page, "bulk-replay-preview", width)
+        page.goto(console_server("/notifications/"))
+        form = page.locator("#add-channel")
+        form.get_by_label("Name").fill(f"audit sink {width}")
+        form.get_by_label(re.compile("^URL")).fill("http://127.0.0.1:9/takeover")
+        form.get_by_label("Force replay done").check()
+        form.get_by_role("button", name="Add the channel").click()
+        shoot(page, "notifications-secret", width)
     assert (OUT / "queue-390.png").exists()
+
+
+def deliver_all(rounds=8):
+    """What a worker would do: claim due deliveries and send them, a few rounds (the
+    failing receiver's retries are 1 s, then 2 s apart in the test settings)."""
+    import time
+
+    from core import notifications
+
+    for _ in range(rounds):
+        for delivery_id in notifications.claim_deliveries(50):
+            notifications.deliver_claimed(delivery_id)
+        time.sleep(0.6)
 
 
 WIDTHS = [(1280, 800), (390, 844)]
