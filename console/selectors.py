@@ -833,6 +833,9 @@ AUDIT_VERBS = sorted(
         *("token.issue", "token.revoke", "token.rotate", "audit.archive"),
         *("action.acknowledge", "force_replay.", "force_replay.request", "force_replay.confirm"),
         *("force_replay.reject", "tenant.settings"),
+        *("bulk.apply", "notification.", "notification.channel_create"),
+        *("notification.channel_update", "notification.secret_rotate", "notification.test"),
+        *("notification.failed", "notification.retry"),
     }
 )
 

@@ -42,6 +42,7 @@ import hashlib
 import hmac
 import json
 import logging
+import os
 import secrets
 import time
 import uuid
@@ -580,13 +581,16 @@ class Sent:
 
 
 _http: httpx.Client | None = None
+_http_pid: int | None = None
 
 
 def http_client() -> httpx.Client:
     """No proxy from the environment, no redirects (a 3xx is the receiver's answer, never a
-    way to send us elsewhere), no keep-alive. Thread-safe; one per process."""
-    global _http
-    if _http is None:
+    way to send us elsewhere), no keep-alive. Thread-safe; one per process (a forked child
+    builds its own)."""
+    global _http, _http_pid
+    if _http is None or _http_pid != os.getpid():
+        _http_pid = os.getpid()
         _http = httpx.Client(
             trust_env=False,
             follow_redirects=False,

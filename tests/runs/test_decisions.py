@@ -183,6 +183,8 @@ def test_four_eyes_force_replay_through_the_api(world):
     assert admin.get("/api/v1/settings").json() == {
         "four_eyes_force_replay": False,
         "approval_sla_seconds": 0,
+        "unknown_alert_seconds": 900,  # the notification thresholds' defaults
+        "approval_expiry_warning_seconds": 3600,
     }
     assert (
         world.oncall.client()
