@@ -195,7 +195,12 @@ def test_four_eyes_force_replay_through_the_api(world):
     bad = admin.post("/api/v1/settings", {"four_eyes_force_replay": "yes"}, format="json")
     assert bad.status_code == 400 and "four_eyes_force_replay" in problem(bad)["errors"]
     on = admin.post("/api/v1/settings", {"four_eyes_force_replay": True}, format="json")
-    assert on.json() == {"four_eyes_force_replay": True, "approval_sla_seconds": 0}
+    assert on.json() == {
+        "four_eyes_force_replay": True,
+        "approval_sla_seconds": 0,
+        "unknown_alert_seconds": 900,
+        "approval_expiry_warning_seconds": 3600,
+    }
 
     run = make_failed_run_with_tools(world)
     asked = admin.post(
