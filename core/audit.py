@@ -64,6 +64,14 @@ class Verb(models.TextChoices):
     TOKEN_REVOKE = "token.revoke", "API token revoked"
     TOKEN_ROTATE = "token.rotate", "API token rotated"
     AUDIT_ARCHIVE = "audit.archive", "Archived"
+    BULK_APPLY = "bulk.apply", "Bulk decision confirmed (each item is audited too)"
+    NOTIFICATION_CHANNEL_CREATE = "notification.channel_create", "Notification channel added"
+    NOTIFICATION_CHANNEL_UPDATE = "notification.channel_update", "Notification channel changed"
+    NOTIFICATION_SECRET_ROTATE = "notification.secret_rotate", "Webhook signing secret rotated"
+    NOTIFICATION_TEST = "notification.test", "Test notification sent"
+    NOTIFICATION_DELIVERED = "notification.delivered", "Notification delivered"
+    NOTIFICATION_FAILED = "notification.failed", "Notification given up"
+    NOTIFICATION_RETRY = "notification.retry", "Notification sent again"
 
     @classmethod
     def families(cls) -> list[str]:

@@ -53,11 +53,10 @@ from urllib.parse import urlsplit
 import httpx
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
-from .audit import Actor, audit
+from .audit import Actor, Verb, audit
 from .errors import StateConflict, ValidationFailed
 from .models import (
     ChannelKind,
@@ -71,6 +70,7 @@ from .models import (
     Role,
     Tenant,
 )
+from .states import Machine
 
 logger = logging.getLogger(__name__)
 
@@ -143,19 +143,72 @@ def kinds_for_roles(roles) -> list[Kind]:
     return [k for k in KINDS.values() if k.role in roles]
 
 
-# A delivery's life, declared once: retried while pending, then delivered or failed; an
-# admin may send a failed one again.
-DELIVERY_TRANSITIONS = {
-    DeliveryState.PENDING: {DeliveryState.PENDING, DeliveryState.DELIVERED, DeliveryState.FAILED},
-    DeliveryState.DELIVERED: set(),
-    DeliveryState.FAILED: {DeliveryState.PENDING},
+# A delivery's life, declared once (core/states.py): tried while pending (each failed try
+# schedules the next, pending → pending), then delivered or failed; an admin may send a
+# failed one again. Moved only by `delivery_move`.
+DELIVERY = Machine(
+    "notification delivery",
+    DeliveryState,
+    {
+        DeliveryState.PENDING: {
+            DeliveryState.PENDING,
+            DeliveryState.DELIVERED,
+            DeliveryState.FAILED,
+        },
+        DeliveryState.DELIVERED: set(),
+        DeliveryState.FAILED: {DeliveryState.PENDING},
+    },
+)
+DELIVERY_VERBS = {
+    DeliveryState.DELIVERED: Verb.NOTIFICATION_DELIVERED,
+    DeliveryState.FAILED: Verb.NOTIFICATION_FAILED,
+    DeliveryState.PENDING: Verb.NOTIFICATION_RETRY,  # failed → pending: sent again
 }
-assert set(DELIVERY_TRANSITIONS) == set(DeliveryState.values)
 
 
-def check_delivery_move(source: str, target: str) -> None:
-    if target not in DELIVERY_TRANSITIONS[source]:
-        raise StateConflict(f"A delivery cannot move from {source} to {target}.")
+def delivery_move(
+    delivery: NotificationDelivery,
+    to: str,
+    *,
+    actor: Actor,
+    attempts: int | None = None,
+    reason: str = "",
+    **fields,
+) -> bool:
+    """Move a delivery from the state it was read in to `to`, if nobody moved it first: a
+    conditional UPDATE checked by row count (and on the attempt count it was read with, so
+    that of two workers recording the same attempt, the second changes nothing). A change of
+    state is audited in the same transaction; pending → pending (the next try scheduled) is
+    the delivery log's business, not the audit log's."""
+    source = delivery.state
+    DELIVERY.check(source, to)
+    updated = NotificationDelivery.objects.filter(
+        pk=delivery.pk, state=source, attempts=delivery.attempts
+    ).update(state=to, **({"attempts": attempts} if attempts is not None else {}), **fields)
+    if updated != 1:
+        return False
+    if to != source:
+        audit(
+            actor=actor,
+            verb=DELIVERY_VERBS[to],
+            obj=delivery,
+            tenant=delivery.tenant,
+            object_type="notificationdelivery",
+            before={"state": source},
+            after={
+                "state": to,
+                "attempts": attempts if attempts is not None else delivery.attempts,
+                "channel": delivery.channel.name,
+                "kind": delivery.event.kind,
+            },
+            reason=reason,
+        )
+    delivery.state = to
+    if attempts is not None:
+        delivery.attempts = attempts
+    for name, value in fields.items():
+        setattr(delivery, name, value)
+    return True
 
 
 # --- emitting (inside the caller's transaction) -------------------------------------------
@@ -326,7 +379,7 @@ def channel_create(
         )
         audit(
             actor=actor,
-            verb="notification.channel_create",
+            verb=Verb.NOTIFICATION_CHANNEL_CREATE,
             obj=channel,
             tenant=tenant,
             after={"name": name, "kind": kind, "url": url, "events": events},
@@ -355,7 +408,7 @@ def channel_update(
             channel.save(update_fields=fields)
             audit(
                 actor=actor,
-                verb="notification.channel_update",
+                verb=Verb.NOTIFICATION_CHANNEL_UPDATE,
                 obj=channel,
                 tenant=channel.tenant,
                 before=before,
@@ -374,7 +427,7 @@ def channel_rotate_secret(channel: NotificationChannel, *, actor: Actor) -> str:
         NotificationChannel.objects.filter(pk=channel.pk).update(secret=secret)
         audit(
             actor=actor,
-            verb="notification.secret_rotate",
+            verb=Verb.NOTIFICATION_SECRET_ROTATE,
             obj=channel,
             tenant=channel.tenant,
             after={"name": channel.name},
@@ -406,7 +459,7 @@ def notification_test(channel: NotificationChannel, *, actor: Actor, email: str 
         )
         audit(
             actor=actor,
-            verb="notification.test",
+            verb=Verb.NOTIFICATION_TEST,
             obj=channel,
             tenant=channel.tenant,
             after={"name": channel.name, "deliveries": created},
@@ -417,27 +470,20 @@ def notification_test(channel: NotificationChannel, *, actor: Actor, email: str 
 def delivery_retry(delivery: NotificationDelivery, *, actor: Actor) -> NotificationDelivery:
     """An admin sends a failed delivery again (the receiver is fixed): it is due now, with
     a fresh set of attempts."""
-    check_delivery_move(DeliveryState.FAILED, DeliveryState.PENDING)
+    delivery = NotificationDelivery.objects.select_related("channel", "event", "tenant").get(
+        pk=delivery.pk
+    )
+    if delivery.state != DeliveryState.FAILED:
+        raise StateConflict("Only a failed delivery can be sent again.")
     with transaction.atomic():
-        updated = NotificationDelivery.objects.filter(
-            pk=delivery.pk, state=DeliveryState.FAILED
-        ).update(
-            state=DeliveryState.PENDING,
-            next_attempt_at=timezone.now(),
-            attempts_allowed=F("attempts") + settings.NOTIFY_MAX_ATTEMPTS,
-        )
-        if updated != 1:
-            raise StateConflict("Only a failed delivery can be sent again.")
-        delivery.refresh_from_db()
-        audit(
+        if not delivery_move(
+            delivery,
+            DeliveryState.PENDING,
             actor=actor,
-            verb="notification.retry",
-            obj=delivery,
-            tenant=delivery.tenant,
-            object_type="notificationdelivery",
-            before={"state": DeliveryState.FAILED},
-            after={"state": DeliveryState.PENDING},
-        )
+            next_attempt_at=timezone.now(),
+            attempts_allowed=delivery.attempts + settings.NOTIFY_MAX_ATTEMPTS,
+        ):
+            raise StateConflict("Only a failed delivery can be sent again.")
     return delivery
 
 
@@ -667,18 +713,18 @@ def record_attempt(delivery: NotificationDelivery, result: Sent, *, at, duration
         state, changes = DeliveryState.FAILED, {"next_attempt_at": None}
     else:
         state, changes = DeliveryState.PENDING, {"next_attempt_at": now + backoff(number)}
-    check_delivery_move(DeliveryState.PENDING, state)
     with transaction.atomic():
-        updated = NotificationDelivery.objects.filter(
-            pk=delivery.pk, state=DeliveryState.PENDING, attempts=delivery.attempts
-        ).update(
-            state=state,
+        moved = delivery_move(
+            delivery,
+            state,
+            actor=NOTIFIER,
             attempts=number,
+            reason="" if result.ok else result.detail,
             last_status=result.status,
             last_error="" if result.ok else result.detail,
             **changes,
         )
-        if updated != 1:
+        if not moved:
             return DeliveryState.PENDING
         DeliveryAttempt.objects.create(
             delivery=delivery,
@@ -689,22 +735,6 @@ def record_attempt(delivery: NotificationDelivery, result: Sent, *, at, duration
             detail=result.detail,
             duration_ms=int(duration * 1000),
         )
-        if state == DeliveryState.FAILED:
-            audit(
-                actor=NOTIFIER,
-                verb="notification.failed",
-                obj=delivery,
-                tenant=delivery.tenant,
-                object_type="notificationdelivery",
-                before={"state": DeliveryState.PENDING},
-                after={
-                    "state": DeliveryState.FAILED,
-                    "attempts": number,
-                    "channel": delivery.channel.name,
-                    "kind": delivery.event.kind,
-                },
-                reason=result.detail,
-            )
     logger.info(
         "notification %s (%s → %s): %s after %d attempt(s)",
         delivery.pk,

@@ -29,7 +29,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from core.audit import Actor, audit
+from core.audit import Actor, Verb, audit
 from core.errors import DomainError, StaleRead, ValidationFailed
 from core.models import Role
 from ledger.models import LedgerEntry
@@ -426,7 +426,7 @@ def bulk_apply(*, signature: str, actor: Actor, **plan_args) -> tuple[BulkPlan, 
         for tenant_id, rows in by_tenant.items():
             audit(
                 actor=actor,
-                verb="bulk.apply",
+                verb=Verb.BULK_APPLY,
                 obj=_Batch(batch, tenant_id),
                 object_type="bulk",
                 after={

@@ -12,7 +12,7 @@ from playwright.sync_api import expect
 from core import notifications
 from core.errors import IdempotencyConflict
 from runs import services
-from tests.conftest import make_world
+from tests.builders import make_world
 from tests.console.conftest import (
     agent_of,
     make_awaiting,

@@ -16,7 +16,7 @@ from ledger.models import LedgerEntry
 from ledger.services import ledger_revoke
 from runs import dispatch, services
 from runs.models import Action, Run
-from tests.conftest import make_world
+from tests.builders import make_world
 from tests.console.conftest import (
     add_operator,
     agent_of,

@@ -15,7 +15,7 @@ from approvals.models import ApprovalRequest
 from core.models import NotificationChannel, NotificationDelivery, Role
 from core.notifications import channel_create
 from runs.models import Action, Replay, Run
-from tests.conftest import SETUP, make_world
+from tests.builders import SETUP, make_world
 from tests.console.conftest import (
     make_awaiting,
     make_failed_run_with_tools,

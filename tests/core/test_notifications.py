@@ -21,12 +21,13 @@ from core.models import (
 )
 from core.services import tenant_settings_update
 from runs import alerts, services
-from tests.conftest import SETUP, make_world
-from tests.console.conftest import (
+from tests.builders import (
+    SETUP,
     add_operator,
     make_awaiting,
     make_failed_run_with_tools,
     make_unknown,
+    make_world,
     operator_actor,
     user,
 )
@@ -245,7 +246,7 @@ def test_time_based_notifications_fire_once_each_however_many_sweeps_see_them(
 def test_needs_human_and_force_replay_are_announced_from_their_transitions(
     live_db, downstream, worker, receiver
 ):
-    from tests.console.conftest import make_needs_human
+    from tests.builders import make_needs_human
 
     world = make_world(downstream)
     rec = receiver()

@@ -7,6 +7,7 @@ from django.db import models
 from approvals.states import APPROVAL, REQUEST
 from core.audit import SYSTEM, Verb, audit
 from core.errors import IllegalTransition
+from core.notifications import DELIVERY
 from core.states import Machine
 from ledger.states import LEDGER
 from runs.services import LEDGER_STATUS_FOR, run_move
@@ -43,6 +44,7 @@ def test_a_machine_refuses_a_move_its_table_does_not_allow():
         (REQUEST, "denied", "granted"),
         (LEDGER, "applied", "in_flight"),
         (FORCE_REQUEST, "rejected", "confirmed"),
+        (DELIVERY, "delivered", "pending"),  # a delivered notification is never sent again
     ],
 )
 def test_what_the_product_never_does_is_not_in_any_table(machine, source, target):

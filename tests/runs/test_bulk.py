@@ -9,8 +9,8 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from runs.models import Action
-from tests.conftest import make_world, problem
-from tests.console.conftest import make_needs_human
+from tests.builders import make_needs_human, make_world
+from tests.conftest import problem
 
 
 def console(persona):

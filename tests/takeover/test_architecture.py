@@ -115,6 +115,7 @@ GUARDED = {
     "approval_revoke",
     "approval_request_close",
     "ledger_set_status_many",
+    "delivery_move",
 }
 STATUS_FIELDS = {"state", "status"}
 SET_STATUS_SQL = re.compile(r"\bSET\s+(state|status)\s*=", re.IGNORECASE)
