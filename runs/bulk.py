@@ -459,9 +459,9 @@ def _apply_one(plan: BulkPlan, item: BulkItem, actor: Actor) -> BulkResult:
             if item.will == "recheck":
                 action = dispatch.action_reconcile(action.pk, actor=actor, manual=True)
                 read = action.reconciliations.order_by("-at", "-id").first()
-                return BulkResult(
-                    item, "recheck", f"read: {read.verdict if read else 'none'}; now {action.state}"
-                )
+                seen = read.get_verdict_display().lower() if read else "no read"
+                now = action.get_state_display().lower()
+                return BulkResult(item, "recheck", f"Read: {seen}. The action is now {now}.")
             services.action_resolve(
                 action,
                 outcome=plan.outcome,

@@ -163,6 +163,12 @@ def test_screenshots(live_db, downstream, new_page, console_server):
         "run-replay": f"/runs/{replay_run.pk}/",
     }
 
+    from django.test import RequestFactory
+
+    from takeover.errors import server_error
+
+    error_page = server_error(RequestFactory().get("/")).content
+
     def shoot(page, name, width):
         page.wait_for_load_state("networkidle")
         page.screenshot(path=str(OUT / f"{name}-{width}.png"))
@@ -200,6 +206,15 @@ def test_screenshots(live_db, downstream, new_page, console_server):
         form.get_by_label("Force replay done").check()
         form.get_by_role("button", name="Add the channel").click()
         shoot(page, "notifications-secret", width)
+        # The 500 page, as the server renders it (nothing here fails on purpose).
+        page.route(
+            console_server("/__500__"),
+            lambda route: route.fulfill(
+                status=500, body=error_page, content_type="text/html; charset=utf-8"
+            ),
+        )
+        page.goto(console_server("/__500__"))
+        shoot(page, "server-error", width)
     assert (OUT / "queue-390.png").exists()
 
 
