@@ -1056,20 +1056,17 @@ def token_rotate_view(request, pk):
 
 
 def _bulk_args(request, serializer):
-    caller = require_operator(request)
+    viewer = require_operator(request)
     fields = valid(serializer, body_object(request))
-    tenant_id = caller.tenant.pk
     return (
-        caller,
+        viewer,
         {
+            "viewer": viewer,
             "operation": fields["operation"],
             "ids": fields["ids"],
             "outcome": fields["outcome"] or "",
             "reason": fields["reason"],
             "force": fields["force"],
-            "tenant_ids": [tenant_id],
-            "can": lambda role, tid: tid == tenant_id and caller.has_role(role),
-            "user": caller.user,
         },
         fields,
     )
@@ -1087,7 +1084,7 @@ def bulk_preview(request):
     in the plan with `will: skip` and the reason."""
     from runs import bulk
 
-    _caller, args, _ = _bulk_args(request, s.BulkIn)
+    _viewer, args, _ = _bulk_args(request, s.BulkIn)
     return Response(bulk.bulk_plan(**args).as_dict())
 
 
@@ -1103,6 +1100,6 @@ def bulk_apply(request):
     audited by its own service, and the batch as `bulk.apply`."""
     from runs import bulk
 
-    caller, args, fields = _bulk_args(request, s.BulkApplyIn)
-    plan, results = bulk.bulk_apply(signature=fields["signature"], actor=caller.actor, **args)
+    _viewer, args, fields = _bulk_args(request, s.BulkApplyIn)
+    plan, results = bulk.bulk_apply(signature=fields["signature"], **args)
     return Response({"plan": plan.as_dict(), "results": [r.as_dict() for r in results]})

@@ -25,16 +25,13 @@ def _args(request) -> dict:
     """The plan's arguments from the form: `operation` may carry the outcome
     ("resolve:failed"), as the queue's single select does."""
     operation, _, outcome = request.POST.get("operation", "").partition(":")
-    scope = request.scope
     return {
+        "viewer": request.scope,
         "operation": operation,
         "outcome": outcome or request.POST.get("outcome", ""),
         "ids": request.POST.getlist("id"),
         "reason": request.POST.get("reason", "")[:2000],
         "force": request.POST.get("force") == "on",
-        "tenant_ids": scope.tenant_ids,
-        "can": scope.has_role,
-        "user": request.user,
     }
 
 
@@ -87,9 +84,7 @@ def bulk_preview(request):
 def bulk_confirm(request):
     args = _args(request)
     try:
-        plan, results = bulk.bulk_apply(
-            signature=request.POST.get("signature", ""), actor=request.scope.actor, **args
-        )
+        plan, results = bulk.bulk_apply(signature=request.POST.get("signature", ""), **args)
     except ValidationFailed as exc:
         return _refused(request, exc)
     except StaleRead as exc:

@@ -363,6 +363,7 @@ def channel_create(
     *, tenant: Tenant, name: str, kind: str, url: str = "", events, actor: Actor
 ) -> tuple[NotificationChannel, str]:
     """A new channel; returns it and its signing secret (shown once; empty for e-mail)."""
+    actor.require(Role.ADMIN)
     name = (name or "").strip()
     if not name:
         raise ValidationFailed("A name is required.", {"name": ["Give it a name."]})
@@ -392,6 +393,7 @@ def channel_update(
 ) -> NotificationChannel:
     """Change what a channel listens for, or switch it on or off. Deliveries already
     pending on a channel switched off are given up when their turn comes."""
+    actor.require(Role.ADMIN)
     with transaction.atomic():
         channel = NotificationChannel.objects.select_for_update(no_key=True).get(pk=channel.pk)
         before, after, fields = {}, {}, []
@@ -420,6 +422,7 @@ def channel_update(
 def channel_rotate_secret(channel: NotificationChannel, *, actor: Actor) -> str:
     """A new signing secret, in force for every attempt from now on (a receiver that
     accepts both for a while switches without losing a delivery). Returned once."""
+    actor.require(Role.ADMIN)
     if channel.kind == ChannelKind.EMAIL:
         raise StateConflict("An e-mail channel has no signing secret.")
     secret = new_secret()
@@ -439,6 +442,7 @@ def channel_rotate_secret(channel: NotificationChannel, *, actor: Actor) -> str:
 def notification_test(channel: NotificationChannel, *, actor: Actor, email: str = "") -> int:
     """Send a test notification through one channel (an e-mail channel sends it to
     `email`, the admin who asked). Returns the deliveries created."""
+    actor.require(Role.ADMIN)
     if channel.kind == ChannelKind.EMAIL and not email:
         raise StateConflict(
             "Your account has no e-mail address; add one in your preferences first."
@@ -470,6 +474,7 @@ def notification_test(channel: NotificationChannel, *, actor: Actor, email: str 
 def delivery_retry(delivery: NotificationDelivery, *, actor: Actor) -> NotificationDelivery:
     """An admin sends a failed delivery again (the receiver is fixed): it is due now, with
     a fresh set of attempts."""
+    actor.require(Role.ADMIN)
     delivery = NotificationDelivery.objects.select_related("channel", "event", "tenant").get(
         pk=delivery.pk
     )

@@ -23,6 +23,7 @@ def tenant_create(*, slug: str, name: str = "", actor: Actor) -> Tenant:
 
 def principal_create(*, tenant: Tenant, name: str, actor: Actor) -> tuple[Principal, str]:
     """Create an agent identity and its first token; the raw token is returned only here."""
+    actor.require(Role.ADMIN)
     with transaction.atomic():
         if Principal.objects.filter(tenant=tenant, name=name).exists():
             raise StateConflict(f"Principal {name!r} already exists in {tenant.slug}.")
@@ -37,6 +38,7 @@ def operator_create(
 ):
     """Create (or extend) an operator: a membership in `tenant` with `role`, and a new
     API token. An existing user keeps their other memberships."""
+    actor.require(Role.ADMIN)
     if role not in Role.values:
         raise ValidationFailed(
             "Unknown role.", {"role": [f"Choose one of {', '.join(Role.values)}."]}
@@ -75,6 +77,7 @@ def tool_create(
     timeout_seconds: float = 10,
     actor: Actor,
 ) -> Tool:
+    actor.require(Role.ADMIN)
     with transaction.atomic():
         if Tool.objects.filter(tenant=tenant, name=name).exists():
             raise StateConflict(f"Tool {name!r} already exists in {tenant.slug}.")
@@ -243,6 +246,7 @@ TOOL_EDITABLE = {"base_url", "effect", "requires_approval", "identity_fields", "
 def tool_update(tool: Tool, *, actor: Actor, reason: str = "", **changes) -> Tool:
     """Change a tool's settings. Actions already proposed keep the intent they were given;
     a changed base_url applies to dispatches from now on."""
+    actor.require(Role.ADMIN)
     if unknown := set(changes) - TOOL_EDITABLE:
         raise ValidationFailed("Not editable.", {name: ["Cannot be changed."] for name in unknown})
     with transaction.atomic():
@@ -272,6 +276,7 @@ TENANT_SETTINGS = {
 
 def tenant_settings_update(tenant: Tenant, *, actor: Actor, **changes) -> Tenant:
     """Change a tenant's settings (admin). Audited with before and after."""
+    actor.require(Role.ADMIN)
     if unknown := set(changes) - TENANT_SETTINGS:
         raise ValidationFailed("Not a setting.", {name: ["Unknown setting."] for name in unknown})
     with transaction.atomic():

@@ -163,19 +163,17 @@ def _ids(ids) -> list[uuid.UUID]:
 
 def bulk_plan(
     *,
+    viewer,
     operation: str,
     ids,
-    tenant_ids,
-    can,
-    user=None,
     outcome: str = "",
     reason: str = "",
     force: bool = False,
     now=None,
 ) -> BulkPlan:
-    """What each selected item will do. `tenant_ids` are the caller's tenants (anything else
-    is "not found", as if it did not exist); `can(role, tenant_id)` says whether the caller
-    holds a role there; `user` is the operator (their own claims do not stop a resolve)."""
+    """What each selected item will do, for this operator (`core.access.Viewer`): anything
+    outside the viewer's tenants is "not found", as if it did not exist; roles are those of
+    each item's tenant; the viewer's own claims do not stop a resolve."""
     if operation not in OPERATIONS:
         raise ValidationFailed("Unknown operation.", {"operation": ["resolve, recheck or replay."]})
     reason = (reason or "").strip()
@@ -194,10 +192,11 @@ def bulk_plan(
         force = False
     wanted = _ids(ids)
     now = now or timezone.now()
+    tenant_ids, can = viewer.tenant_ids, viewer.has_role
     if operation == "replay":
         items = _plan_replays(wanted, tenant_ids, can, force=force, reason=reason)
     else:
-        items = _plan_actions(operation, wanted, tenant_ids, can, user, outcome, now)
+        items = _plan_actions(operation, wanted, tenant_ids, can, viewer.user, outcome, now)
     plan = BulkPlan(operation, outcome, reason, force, items)
     plan.signature = _signature(plan)
     return plan
@@ -404,10 +403,11 @@ def _plan_replays(wanted, tenant_ids, can, *, force, reason) -> list[BulkItem]:
     return items
 
 
-def bulk_apply(*, signature: str, actor: Actor, **plan_args) -> tuple[BulkPlan, list]:
-    """Do what the plan with this `signature` said, item by item; refuse (StaleRead) when
+def bulk_apply(*, viewer, signature: str, **plan_args) -> tuple[BulkPlan, list]:
+    """Do what the plan with this `signature` said, item by item, each as the viewer with
+    the roles of the item's tenant (the services check them again); refuse (StaleRead) when
     the plan is no longer that one. Returns (plan, [BulkResult])."""
-    plan = bulk_plan(**plan_args)
+    plan = bulk_plan(viewer=viewer, **plan_args)
     if plan.signature != signature:
         raise StaleRead(
             "The selection changed since the preview (an item settled, was claimed or read "
@@ -416,6 +416,7 @@ def bulk_apply(*, signature: str, actor: Actor, **plan_args) -> tuple[BulkPlan, 
         )
     results = []
     for item in plan.items:
+        actor = viewer.actor_for(uuid.UUID(item.tenant_id)) if item.tenant_id else viewer.actor
         results.append(_apply_one(plan, item, actor))
     by_tenant = {}
     for r in results:
@@ -425,7 +426,7 @@ def bulk_apply(*, signature: str, actor: Actor, **plan_args) -> tuple[BulkPlan, 
     with transaction.atomic():
         for tenant_id, rows in by_tenant.items():
             audit(
-                actor=actor,
+                actor=viewer.actor_for(uuid.UUID(tenant_id)),
                 verb=Verb.BULK_APPLY,
                 obj=_Batch(batch, tenant_id),
                 object_type="bulk",
