@@ -6,11 +6,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test lint format bench soak screenshots migrate clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml client/pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Takeover needs Python 3.11+"'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet '.[dev]'
+	$(BIN)/pip install --quiet -e ./client
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -35,6 +36,7 @@ $(CHROMIUM):
 
 test: $(STAMP) $(CHROMIUM)
 	$(BIN)/python manage.py makemigrations --check --dry-run
+	$(BIN)/python manage.py spectacular --validate --fail-on-warn --file /dev/null
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)

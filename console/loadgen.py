@@ -111,6 +111,12 @@ class Stack:
         }
         if not self.env.get("CELERY_BROKER_URL"):
             self.env["CELERY_BROKER_DIR"] = str(self.work_dir / "broker")
+        if not self.env.get("SECRET_KEY"):
+            # The web processes refuse a generated key with DEBUG off (console/wsgi.py):
+            # hand them this process's key explicitly, as `make run` does.
+            from django.conf import settings
+
+            self.env["SECRET_KEY"] = settings.SECRET_KEY
         self.downstream_url = ""
 
     # --- processes ------------------------------------------------------------------------

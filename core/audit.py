@@ -13,6 +13,10 @@ from django.utils import timezone
 from .models import AuditEvent
 
 request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="")
+# The X-Request-ID a client sent, if any: stored beside our own id, never instead of it.
+client_request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar(
+    "client_request_id", default=""
+)
 
 
 @dataclass(frozen=True)
@@ -93,4 +97,5 @@ def audit_fields(
         reason=reason or "",
         # The worker acts for the request that proposed the action: same id, one trail.
         request_id=request_id if request_id is not None else request_id_var.get(),
+        client_request_id=client_request_id_var.get(),
     )

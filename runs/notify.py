@@ -59,6 +59,7 @@ class Waiters:
         self.total = 0
         self.listener: threading.Thread | None = None
         self.listener_pid: int | None = None
+        self.stopping = threading.Event()
 
     # --- waiting --------------------------------------------------------------------
 
@@ -119,27 +120,36 @@ class Waiters:
         ready.wait(5)
 
     def _listen(self, ready: threading.Event) -> None:
-        import time
-
         import psycopg
 
         backoff = 0.5
-        while True:
+        while not self.stopping.is_set():
             try:
                 with psycopg.connect(listen_conninfo(), autocommit=True) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
                     ready.set()
                     self.wake_all()  # whatever settled while we were away: re-read
                     backoff = 0.5
-                    while True:
-                        for note in conn.notifies(timeout=30):
+                    while not self.stopping.is_set():
+                        # A short timeout only so that `stop()` is heard within a second.
+                        for note in conn.notifies(timeout=1.0):
                             self.wake(note.payload)
-            except Exception:
+            except Exception:  # a listener must outlive database restarts
+                if self.stopping.is_set():
+                    break
                 logger.warning("wait listener lost its connection; reconnecting", exc_info=True)
                 ready.set()
                 self.wake_all()
-                time.sleep(backoff)
+                self.stopping.wait(backoff)
                 backoff = min(backoff * 2, 10)
+
+    def stop(self) -> None:
+        """End the listener and close its connection (before a test database is dropped)."""
+        self.stopping.set()
+        if self.listener is not None and self.listener_pid == os.getpid():
+            self.listener.join(5)
+        self.listener = None
+        self.stopping.clear()
 
 
 def listen_conninfo() -> str:

@@ -272,16 +272,23 @@ def run_start(
         started_at=now,
         heartbeat_at=now,
     )
-    with transaction.atomic():
-        if input_file is not None:
-            _store_input(run, input_file)
-        run.save()
-        audit(
-            actor=actor,
-            verb="run.start",
-            obj=run,
-            after={"status": run.status, "trigger": trigger, "input_sha256": run.input_sha256},
-        )
+    try:
+        with transaction.atomic():
+            if input_file is not None:
+                _store_input(run, input_file)
+            run.save()
+            audit(
+                actor=actor,
+                verb="run.start",
+                obj=run,
+                after={"status": run.status, "trigger": trigger, "input_sha256": run.input_sha256},
+            )
+    except BaseException:
+        # The copy is written before the row (the row records its size and digest); if the
+        # row does not commit, the copy must not outlive it.
+        if run.input_file:
+            run.input_file.storage.delete(run.input_file.name)
+        raise
     return run
 
 
@@ -827,10 +834,24 @@ def run_replay(run: Run, *, force: bool, reason: str, actor: Actor) -> Run:
     The caller checks that only an admin forces and that a force has a reason.
     """
     with transaction.atomic():
+        # The lock on the original run serializes replays of it; under READ COMMITTED the
+        # check below then sees a replay that a concurrent request just committed, so
+        # exactly one of many concurrent requests creates one (SPEC §7).
         run = Run.objects.select_for_update(no_key=True).get(pk=run.pk)
         verdict = replay_verdict(run)
         if verdict.gone:
             raise InputGone(verdict.message)
+        waiting = (
+            Run.objects.filter(replay_of=run, status__in=[RunStatus.PENDING, RunStatus.RUNNING])
+            .values_list("pk", "status")
+            .first()
+        )
+        if waiting is not None:
+            raise ReplayRefused(
+                f"This run already has a replay that has not settled: run {waiting[0]} is "
+                f"{waiting[1]}. Wait until it finishes.",
+                unsettled_replay=str(waiting[0]),
+            )
         if not verdict.allowed and not (force and verdict.forceable):
             raise ReplayRefused(verdict.message, tools_at_risk=verdict.tools_at_risk)
         now = timezone.now()

@@ -13,6 +13,9 @@ os.environ.setdefault("SAFE_RETRY_DELAY_SECONDS", "3")
 os.environ.setdefault("DISPATCH_LEASE_GRACE_SECONDS", "3")
 os.environ.setdefault("RECONCILE_LEASE_GRACE_SECONDS", "3")
 os.environ.setdefault("SWEEP_INTERVAL_SECONDS", "1")
+# Narrower than the default (all of 127.0.0.0/8): the egress tests serve a tool on 127.0.0.2,
+# which the workers must then refuse (tests/runs/test_egress.py).
+os.environ.setdefault("TOOL_URL_ALLOWLIST", "localhost,127.0.0.1/32,::1")
 
 from console.settings import *  # noqa: F403
 

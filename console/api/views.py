@@ -1,7 +1,6 @@
 """HTTP API v1 (SPEC §7). Thin: validate, find the object in the caller's scope, call a
 service, present the result. Another tenant's object is always a 404."""
 
-import json
 import re
 import time
 
@@ -9,14 +8,16 @@ from django.conf import settings
 from django.db.models import Prefetch
 from django.http import Http404
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.decorators import api_view, parser_classes
-from rest_framework.parsers import JSONParser, MultiPartParser
+from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
 
 from approvals import services as approvals
-from approvals.models import Approval, ApprovalRequest
+from approvals.models import Approval, ApprovalRequest, RequestState
+from core.api import jsonsafe
 from core.api.pagination import keyset_page
+from core.api.parsers import StrictJSONParser, refused
 from core.api.permissions import require_operator, require_principal
 from core.api.problems import problem
 from core.errors import StateConflict, ValidationFailed
@@ -28,11 +29,13 @@ from runs import dispatch, selectors, services
 from runs import presenters as present
 from runs.models import Action, Attempt, Reconciliation, Replay, Run
 from runs.notify import WaitRefused, waiters
-from runs.states import IN_PROGRESS, OPEN_FOR_HUMANS
+from runs.states import IN_PROGRESS, OPEN_FOR_HUMANS, RunStatus
 
+from . import schema as o
 from . import serializers as s
+from .schema import errors_for, ok
 
-OBJ = OpenApiTypes.OBJECT
+RUN_409 = {409: ["run-not-running", "state-conflict"]}
 
 # --- helpers ---------------------------------------------------------------------------
 
@@ -69,6 +72,19 @@ class IdempotencyKeyMissing(ValidationFailed):
 
 
 def valid(serializer_class, data):
+    """Validated fields. An optional field sent as null means "not given" (SPEC §7), unless
+    the field gives null a meaning of its own (tools_called, expected_version, approval_id)."""
+    fields = serializer_class().fields
+    data = {
+        name: value
+        for name, value in data.items()
+        if not (
+            value is None
+            and name in fields
+            and not fields[name].required
+            and not fields[name].allow_null
+        )
+    }
     serializer = serializer_class(data=data)
     serializer.is_valid(raise_exception=True)
     return serializer.validated_data
@@ -136,7 +152,7 @@ def csv_param(request, name, allowed=None) -> list[str]:
 # --- who am I ---------------------------------------------------------------------------
 
 
-@extend_schema(request=None, responses=OBJ)
+@extend_schema(operation_id="me", request=None, responses={**ok(200, o.MeOut), **errors_for()})
 @api_view(["GET"])
 def me(request):
     caller = request.user
@@ -153,9 +169,20 @@ def me(request):
 # --- runs ------------------------------------------------------------------------------
 
 
-@extend_schema(request=s.RunStartIn, responses={201: OBJ})
+@extend_schema(
+    methods=["GET"],
+    operation_id="runs_list",
+    parameters=[o.csv_query("status", "Only runs in these statuses.", RunStatus.values), o.CURSOR],
+    responses={**ok(200, o.page_of(o.RunOut)), **errors_for()},
+)
+@extend_schema(
+    methods=["POST"],
+    operation_id="runs_start",
+    request={"application/json": s.RunStartIn, "multipart/form-data": o.RunStartMultipartIn},
+    responses={**ok(201, o.RunDetailOut), **errors_for(411, 413, 415)},
+)
 @api_view(["GET", "POST"])
-@parser_classes([JSONParser, MultiPartParser])
+@parser_classes([StrictJSONParser, MultiPartParser])
 def runs(request):
     if request.method == "GET":
         caller = request.user
@@ -173,11 +200,9 @@ def runs(request):
         data = {k: request.data.get(k) for k in ("trigger", "session_id") if k in request.data}
         if "config" in request.data:
             try:
-                data["config"] = json.loads(request.data["config"])
-            except ValueError as exc:
-                raise ValidationFailed(
-                    "config is not JSON.", {"config": ["Must be a JSON object (as text)."]}
-                ) from exc
+                data["config"] = jsonsafe.loads(request.data["config"], field="config")
+            except jsonsafe.JSONRefused as exc:
+                raise refused(exc) from exc
         if "input_file" in request.FILES:
             data["input_file"] = request.FILES["input_file"]
     else:
@@ -202,13 +227,21 @@ def runs(request):
     return Response(present.run_dict(run), status=201)
 
 
-@extend_schema(request=None, responses=OBJ)
+@extend_schema(
+    operation_id="runs_retrieve",
+    request=None,
+    responses={**ok(200, o.RunDetailOut), **errors_for(404)},
+)
 @api_view(["GET"])
 def run_detail(request, pk):
     return Response(present.run_dict(get_run_for(request.user, pk)))
 
 
-@extend_schema(request=None, responses=OBJ)
+@extend_schema(
+    operation_id="runs_heartbeat",
+    request=None,
+    responses={**ok(200, o.RunOut), **errors_for(404, 409, 411, 413, 415, slugs=RUN_409)},
+)
 @api_view(["POST"])
 def run_heartbeat(request, pk):
     require_principal(request)
@@ -216,7 +249,11 @@ def run_heartbeat(request, pk):
     return Response(present.run_dict(run, with_actions=False))
 
 
-@extend_schema(request=s.RunFinishIn, responses=OBJ)
+@extend_schema(
+    operation_id="runs_finish",
+    request=s.RunFinishIn,
+    responses={**ok(200, o.RunDetailOut), **errors_for(404, 409, 411, 413, 415, slugs=RUN_409)},
+)
 @api_view(["POST"])
 def run_finish(request, pk):
     require_principal(request)
@@ -226,7 +263,15 @@ def run_finish(request, pk):
     return Response(present.run_dict(run))
 
 
-@extend_schema(request=None, responses=OBJ)
+@extend_schema(
+    operation_id="runs_claim",
+    request=None,
+    responses={
+        **ok(200, o.RunDetailOut, "The claimed run, now running."),
+        204: OpenApiResponse(description="No pending run for this principal."),
+        **errors_for(411, 413, 415),
+    },
+)
 @api_view(["POST"])
 def run_claim(request):
     principal = require_principal(request)
@@ -236,7 +281,14 @@ def run_claim(request):
     return Response(present.run_dict(run))
 
 
-@extend_schema(request=s.ReplayIn, responses={201: OBJ})
+@extend_schema(
+    operation_id="runs_replay",
+    request=s.ReplayIn,
+    responses={
+        **ok(201, o.RunDetailOut, "The new run (pending), for a runtime to claim."),
+        **errors_for(404, 409, 410, 411, 413, 415, slugs={409: ["replay-refused"]}),
+    },
+)
 @api_view(["POST"])
 def run_replay(request, pk):
     run = get_run_for(request.user, pk)
@@ -254,10 +306,15 @@ def run_replay(request, pk):
     return Response(present.run_dict(new_run), status=201)
 
 
-@extend_schema(request=None, responses=OBJ)
+@extend_schema(
+    operation_id="replays_list",
+    request=None,
+    parameters=[o.CURSOR],
+    responses={**ok(200, o.page_of(o.ReplayOut)), **errors_for()},
+)
 @api_view(["GET"])
 def replays(request):
-    caller = require_operator(request)
+    caller = require_operator(request, Role.ADMIN)
     qs = Replay.objects.filter(tenant=caller.tenant)
     return page(request, qs, services.replay_record, field="at")
 
@@ -266,9 +323,22 @@ def replays(request):
 
 
 @extend_schema(
+    operation_id="actions_propose",
     request=s.ActionProposeIn,
-    parameters=[OpenApiParameter("Idempotency-Key", location="header", required=True)],
-    responses={201: OBJ, 200: OBJ},
+    parameters=[o.IDEMPOTENCY_KEY],
+    responses={
+        **ok(201, o.ActionOut, "A new action; its `state` and `block_reason` tell the rest."),
+        **ok(200, o.ActionOut, "A ledger hit: the existing action, `replayed: true`."),
+        **errors_for(
+            404,
+            409,
+            411,
+            413,
+            415,
+            422,
+            slugs={400: ["validation-error", "idempotency-key-missing"], 409: ["run-not-running"]},
+        ),
+    },
 )
 @api_view(["POST"])
 def propose(request, pk):
@@ -355,8 +425,21 @@ def action_view_for(caller, pk):
 
 
 @extend_schema(
-    parameters=[OpenApiParameter("wait", float, description="seconds to hold, at most 30")],
-    responses=OBJ,
+    operation_id="actions_retrieve",
+    request=None,
+    parameters=[
+        o.query(
+            "wait",
+            "Hold the request up to this many seconds (0–30) while the action is queued, "
+            "dispatching or unknown. Over the server's cap of concurrent waits it answers "
+            "at once with the current state and `Retry-After` (seconds before asking again).",
+            OpenApiTypes.NUMBER,
+        )
+    ],
+    responses={
+        **ok(200, o.ActionOut, "The action; with `Retry-After` when a wait was refused."),
+        **errors_for(404),
+    },
 )
 @api_view(["GET"])
 def action_detail(request, pk):
@@ -364,6 +447,8 @@ def action_detail(request, pk):
     wait = request.query_params.get("wait")
     if wait is not None:
         try:
+            if not re.fullmatch(r"\d{1,2}(\.\d{1,6})?", wait):
+                raise ValueError  # float() would also take "1_0", "nan", " 5", "1e1"
             seconds = float(wait)
             if not 0 <= seconds <= settings.ACTION_WAIT_MAX_SECONDS:
                 raise ValueError
@@ -380,7 +465,11 @@ def action_detail(request, pk):
     return response
 
 
-@extend_schema(request=None, responses=OBJ)
+@extend_schema(
+    operation_id="actions_reconcile",
+    request=None,
+    responses={**ok(200, o.ActionOut), **errors_for(404, 409, 411, 413, 415)},
+)
 @api_view(["POST"])
 def action_reconcile(request, pk):
     require_operator(request, Role.ONCALL)
@@ -393,7 +482,11 @@ def action_reconcile(request, pk):
     return Response(present.action_dict(get_action_for(request.user, pk)))
 
 
-@extend_schema(request=s.ResolveIn, responses=OBJ)
+@extend_schema(
+    operation_id="actions_resolve",
+    request=s.ResolveIn,
+    responses={**ok(200, o.ActionOut), **errors_for(404, 409, 411, 413, 415)},
+)
 @api_view(["POST"])
 def action_resolve(request, pk):
     require_operator(request, Role.ONCALL)
@@ -407,7 +500,17 @@ def action_resolve(request, pk):
     return Response(present.action_dict(get_action_for(request.user, pk)))
 
 
-@extend_schema(request=None, responses=OBJ)
+@extend_schema(
+    operation_id="queue_list",
+    request=None,
+    parameters=[
+        o.csv_query("state", "Default: all four.", OPEN_FOR_HUMANS),
+        o.csv_query("tool", "Only these tools (names)."),
+        o.query("order", "`oldest` for oldest first (the console's order).", enum=["oldest"]),
+        o.CURSOR,
+    ],
+    responses={**ok(200, o.page_of(o.ActionOut)), **errors_for()},
+)
 @api_view(["GET"])
 def queue(request):
     caller = require_operator(request)
@@ -425,7 +528,15 @@ REQUESTS = ApprovalRequest.objects.select_related("tenant", "principal", "tool")
 APPROVALS = Approval.objects.select_related("tenant", "principal", "tool")
 
 
-@extend_schema(request=None, responses=OBJ)
+@extend_schema(
+    operation_id="approval_requests_list",
+    request=None,
+    parameters=[
+        o.csv_query("state", "Only requests in these states.", RequestState.values),
+        o.CURSOR,
+    ],
+    responses={**ok(200, o.page_of(o.ApprovalRequestOut)), **errors_for()},
+)
 @api_view(["GET"])
 def approval_requests(request):
     caller = require_operator(request, Role.APPROVER)
@@ -442,7 +553,11 @@ def get_request_for(caller, pk) -> ApprovalRequest:
     return found
 
 
-@extend_schema(request=s.GrantIn, responses={201: OBJ})
+@extend_schema(
+    operation_id="approval_requests_grant",
+    request=s.GrantIn,
+    responses={**ok(201, o.ApprovalOut), **errors_for(404, 409, 411, 413, 415)},
+)
 @api_view(["POST"])
 def approval_request_grant(request, pk):
     caller = require_operator(request, Role.APPROVER)
@@ -454,7 +569,11 @@ def approval_request_grant(request, pk):
     return Response(present.approval_dict(APPROVALS.get(pk=approval.pk)), status=201)
 
 
-@extend_schema(request=s.ReasonIn, responses=OBJ)
+@extend_schema(
+    operation_id="approval_requests_deny",
+    request=s.ReasonIn,
+    responses={**ok(200, o.ApprovalRequestOut), **errors_for(404, 409, 411, 413, 415)},
+)
 @api_view(["POST"])
 def approval_request_deny(request, pk):
     caller = require_operator(request, Role.APPROVER)
@@ -466,7 +585,18 @@ def approval_request_deny(request, pk):
     return Response(present.approval_request_dict(REQUESTS.get(pk=req.pk)))
 
 
-@extend_schema(request=s.ApprovalIn, responses={201: OBJ})
+@extend_schema(
+    methods=["GET"],
+    operation_id="approvals_list",
+    parameters=[o.CURSOR],
+    responses={**ok(200, o.page_of(o.ApprovalOut)), **errors_for()},
+)
+@extend_schema(
+    methods=["POST"],
+    operation_id="approvals_create",
+    request=s.ApprovalIn,
+    responses={**ok(201, o.ApprovalOut), **errors_for(411, 413, 415)},
+)
 @api_view(["GET", "POST"])
 def approvals_collection(request):
     caller = require_operator(request, Role.APPROVER)
@@ -507,14 +637,22 @@ def get_approval_for(caller, pk) -> Approval:
     return found
 
 
-@extend_schema(request=None, responses=OBJ)
+@extend_schema(
+    operation_id="approvals_retrieve",
+    request=None,
+    responses={**ok(200, o.ApprovalOut), **errors_for(404)},
+)
 @api_view(["GET"])
 def approval_detail(request, pk):
     caller = require_operator(request, Role.APPROVER)
     return Response(present.approval_dict(get_approval_for(caller, pk)))
 
 
-@extend_schema(request=s.ReasonIn, responses=OBJ)
+@extend_schema(
+    operation_id="approvals_revoke",
+    request=s.ReasonIn,
+    responses={**ok(200, o.ApprovalOut), **errors_for(404, 409, 411, 413, 415)},
+)
 @api_view(["POST"])
 def approval_revoke(request, pk):
     caller = require_operator(request, Role.APPROVER)
@@ -527,7 +665,16 @@ def approval_revoke(request, pk):
 # --- ledger, audit, set-up -------------------------------------------------------------------
 
 
-@extend_schema(request=None, responses=OBJ)
+@extend_schema(
+    operation_id="ledger_list",
+    request=None,
+    parameters=[
+        o.query("key", "Only this Idempotency-Key (every generation)."),
+        o.query("tool", "Only this tool (name)."),
+        o.CURSOR,
+    ],
+    responses={**ok(200, o.page_of(o.LedgerEntryOut)), **errors_for()},
+)
 @api_view(["GET"])
 def ledger(request):
     caller = require_operator(request, Role.ADMIN)
@@ -539,7 +686,11 @@ def ledger(request):
     return page(request, qs, present.ledger_dict)
 
 
-@extend_schema(request=s.ReasonIn, responses=OBJ)
+@extend_schema(
+    operation_id="ledger_revoke",
+    request=s.ReasonIn,
+    responses={**ok(200, o.LedgerEntryOut), **errors_for(404, 409, 411, 413, 415)},
+)
 @api_view(["POST"])
 def ledger_revoke_view(request, pk):
     caller = require_operator(request, Role.ADMIN)
@@ -565,7 +716,17 @@ def audit_queryset(caller, params):
     return qs
 
 
-@extend_schema(request=None, responses=OBJ)
+@extend_schema(
+    operation_id="audit_list",
+    request=None,
+    parameters=[
+        o.query("verb", "A verb (`action.resolve`), or a prefix ending in a dot (`action.`)."),
+        o.query("actor", "`kind:name` (`operator:alice`) or a bare name."),
+        o.query("object", "The id of the object the event is about."),
+        o.CURSOR,
+    ],
+    responses={**ok(200, o.page_of(o.AuditEventOut)), **errors_for()},
+)
 @api_view(["GET"])
 def audit(request):
     caller = require_operator(request, Role.ADMIN)
@@ -574,20 +735,36 @@ def audit(request):
     )
 
 
-@extend_schema(request=s.ToolIn, responses={201: OBJ})
+@extend_schema(
+    methods=["GET"],
+    operation_id="tools_list",
+    parameters=[o.CURSOR],
+    responses={**ok(200, o.page_of(o.ToolOut)), **errors_for()},
+)
+@extend_schema(
+    methods=["POST"],
+    operation_id="tools_create",
+    request=s.ToolIn,
+    responses={**ok(201, o.ToolOut), **errors_for(409, 411, 413, 415)},
+)
 @api_view(["GET", "POST"])
 def tools(request):
     if request.method == "GET":
         caller = request.user
         qs = Tool.objects.filter(tenant=caller.tenant)
-        return page(request, qs, present.tool_dict)
+        with_url = not caller.is_principal
+        return page(request, qs, lambda t: present.tool_dict(t, with_url=with_url))
     caller = require_operator(request, Role.ADMIN)
     fields = valid(s.ToolIn, body_object(request))
     tool = tool_create(tenant=caller.tenant, actor=caller.actor, **fields)
     return Response(present.tool_dict(tool), status=201)
 
 
-@extend_schema(request=s.PrincipalIn, responses={201: OBJ})
+@extend_schema(
+    operation_id="principals_create",
+    request=s.PrincipalIn,
+    responses={**ok(201, o.PrincipalCreatedOut), **errors_for(409, 411, 413, 415)},
+)
 @api_view(["POST"])
 def principals(request):
     caller = require_operator(request, Role.ADMIN)

@@ -1,8 +1,10 @@
-"""The demo agent: what a real agent runtime does, over HTTP API v1 and nothing else.
+"""The demo agent: what a real agent runtime does, through ``takeover_client`` and nothing else.
 
     python -m console.demo.agent --url http://127.0.0.1:8000 --token-file var/demo-agent.token
 
-No Django, no database: httpx against ``/api/v1`` with the principal's bearer token. The
+No Django, no database: the ``takeover_client`` package (``client/``), the living example of
+it, with the principal's bearer token: ``start_run``/``claim``, ``run.propose`` with keys from
+``idempotency_key``, ``outcome.wait`` and its typed outcomes, heartbeats, ``run.finish``. The
 only other thing it talks to is the demo downstream's ``/_control`` API, and only to play
 *the rest of the world*: a network that drops a response, a tool that times out after
 committing, a colleague who edits the ticket at the same moment. A real runtime has no such
@@ -53,14 +55,15 @@ external write while the tool is still answering (→ needs_human with a diff).
 
 Bounded on purpose: at most a handful of actions are left waiting for a person (approvals,
 needs_human, blocked) at any time; past that the agent picks faults that settle by
-themselves. Network errors and 503s back off and carry on. SIGTERM or SIGINT: the current
+themselves. The client retries what is safe (a 503 with Retry-After, a refused connection);
+when Takeover stays unavailable the agent backs off and carries on. SIGTERM or SIGINT: the current
 run is finished as ``cancelled`` and the agent exits 0. An invalid token exits 2.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
+import logging
 import os
 import random
 import signal
@@ -75,10 +78,22 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from takeover_client import (
+    ApiError,
+    IdempotencyConflict,
+    OutcomeError,
+    Pending,
+    Run,
+    RunNotRunning,
+    Takeover,
+    Unauthenticated,
+    Unavailable,
+    idempotency_key,
+)
 
 IN_PROGRESS = {"queued", "dispatching", "unknown"}
 TERMINAL = {"succeeded", "failed", "blocked"}
-WAIT_SECONDS = 5  # per ?wait= request; short, so that SIGTERM is honoured quickly
+WAIT_SECONDS = 5  # per outcome.wait(); short, so that SIGTERM is honoured quickly
 SETTLE_SECONDS = 25  # how long a run waits for one action before moving on
 
 # How many actions the agent leaves for a person at any one time.
@@ -98,14 +113,6 @@ class Stopped(Exception):
     """SIGTERM arrived; unwind and finish the current run as cancelled."""
 
 
-class Unavailable(Exception):
-    """The API could not be reached (or answered 503) and this call is not retried."""
-
-
-class Fatal(Exception):
-    """Nothing to do but exit: the token is not accepted."""
-
-
 def log(message: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {message}", flush=True)
 
@@ -114,52 +121,7 @@ def short(identifier: str) -> str:
     return identifier[:8]
 
 
-# --- the two HTTP peers ------------------------------------------------------------------
-
-
-class Api:
-    """Takeover API v1 as a principal. Retries transport errors and 503s with backoff
-    where a retry is safe (a proposal carries its Idempotency-Key; a read is a read)."""
-
-    def __init__(self, url: str, token: str, stop: threading.Event) -> None:
-        self.stop = stop
-        self.client = httpx.Client(
-            base_url=url.rstrip("/") + "/api/v1",
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=httpx.Timeout(WAIT_SECONDS + 25),
-            trust_env=False,
-        )
-        self.down_since: float | None = None
-
-    def request(
-        self, method: str, path: str, *, retry: bool = True, unstoppable: bool = False, **kwargs
-    ) -> httpx.Response:
-        delay = 1.0
-        while True:
-            if self.stop.is_set() and not unstoppable:
-                raise Stopped
-            try:
-                response = self.client.request(method, path, **kwargs)
-            except httpx.TransportError as exc:
-                problem = f"{type(exc).__name__}"
-            else:
-                if response.status_code == 401:
-                    raise Fatal(f"the API refused the token (401): {response.text[:200]}")
-                if response.status_code != 503:
-                    if self.down_since is not None:
-                        log(f"API reachable again after {time.monotonic() - self.down_since:.0f}s")
-                        self.down_since = None
-                    return response
-                problem = "503 " + response.headers.get("Retry-After", "")
-                with contextlib.suppress(ValueError):
-                    delay = max(delay, float(response.headers.get("Retry-After", "")))
-            if self.down_since is None:
-                self.down_since = time.monotonic()
-                log(f"API unavailable ({problem.strip()}) on {method} {path}; backing off")
-            if not retry or unstoppable:
-                raise Unavailable(problem)
-            self.stop.wait(delay)
-            delay = min(delay * 2, 30.0)
+# --- the rest of the world ------------------------------------------------------------
 
 
 class World:
@@ -239,7 +201,7 @@ class Step:
 def key_for(event_id: str, tool: str, target: str) -> str:
     """Stable intent: the trigger's id, the tool and the normalized target. Never the clock,
     never generated text."""
-    return f"{event_id}:{tool}:{target.strip().lower()}"
+    return idempotency_key(event_id, tool, target)
 
 
 def resolution_note() -> dict:
@@ -430,14 +392,14 @@ NOTES = {
 
 @dataclass
 class RunState:
-    run: dict
+    run: Run
     replay: bool
     script: Script = field(default_factory=Script)
     proposed: list[dict] = field(default_factory=list)  # final views of this run's actions
 
     @property
     def id(self) -> str:
-        return self.run["id"]
+        return self.run.id
 
     def tools_called(self) -> list[str]:
         # The tools whose effects went through the gateway (blocked and still-waiting ones
@@ -448,8 +410,8 @@ class RunState:
 
 
 class Agent:
-    def __init__(self, api: Api, world: World, stop: threading.Event) -> None:
-        self.api = api
+    def __init__(self, client: Takeover, world: World, stop: threading.Event) -> None:
+        self.client = client
         self.world = world
         self.stop = stop
         self.tracked: dict[str, dict] = {}  # id → last view, for actions left to a person
@@ -469,19 +431,19 @@ class Agent:
         while not self.stop.is_set():
             try:
                 self.refresh_tracked()
-                response = self.api.request("POST", "/runs/claim", retry=False)
-                if response.status_code == 200:
-                    run = response.json()
+                run = self.client.claim()
+                if run is not None:
                     log(
-                        f"run {short(run['id'])} claimed: a replay of {short(run['replay_of'])} "
-                        f"({run['config'].get('scenario')}, attempt {run['attempts']})"
+                        f"run {short(run.id)} claimed: a replay of {short(run.replay_of)} "
+                        f"({run.config.get('scenario')}, attempt {run.data['attempts']})"
                     )
                     self.execute(RunState(run, replay=True))
                 else:
                     self.start_new()
                 backoff = 1.0
                 self.stop.wait(random.uniform(2, 4))
-            except Unavailable:
+            except Unavailable as exc:
+                log(f"Takeover unavailable ({exc}); backing off {backoff:.0f} s")
                 self.stop.wait(backoff)
                 backoff = min(backoff * 2, 30)
             except Stopped:
@@ -490,15 +452,13 @@ class Agent:
     def start_new(self) -> None:
         scenario, script = OPENING[self.runs] if self.runs < len(OPENING) else (None, Script())
         trigger, config = self.new_config(scenario, script)
-        response = self.api.request(
-            "POST", "/runs", json={"trigger": trigger, "config": config}, retry=False
-        )
-        if response.status_code != 201:
-            log(f"could not start a run: {response.status_code} {response.text[:200]}")
+        try:
+            run = self.client.start_run(trigger, config)
+        except ApiError as exc:
+            log(f"could not start a run: {exc}")
             return
         self.runs += 1
-        run = response.json()
-        log(f"run {short(run['id'])} started: {trigger} {config['scenario']}")
+        log(f"run {short(run.id)} started: {trigger} {config['scenario']}")
         self.execute(RunState(run, replay=False, script=script))
         if self.runs % 25 == 0:
             summary = ", ".join(f"{k} {v}" for k, v in self.outcomes.most_common())
@@ -581,8 +541,8 @@ class Agent:
     # one run
 
     def execute(self, state: RunState) -> None:
-        steps = plan(state.run["config"])
-        scenario = state.run["config"].get("scenario")
+        steps = plan(state.run.config)
+        scenario = state.run.config.get("scenario")
         try:
             if scenario == "weekly_report" and not state.replay:
                 self.finish(
@@ -604,7 +564,8 @@ class Agent:
                     self.crash(state, index, len(steps))
                     return
                 self.do_step(state, step, index)
-                self.api.request("POST", f"/runs/{state.id}/heartbeat", retry=False)
+                self.check_stop()
+                state.run.heartbeat()
             failed = [a for a in state.proposed if a["state"] == "failed"]
             if failed:
                 first = failed[0]
@@ -646,20 +607,24 @@ class Agent:
                 "running until the stale-run reaper gives up on it"
             )
 
+    def check_stop(self) -> None:
+        if self.stop.is_set():
+            raise Stopped
+
     def finish(self, state, status, message, *, tools_called, unstoppable=False) -> None:
-        body = {"status": status, "error_message": message, "tools_called": tools_called}
+        # The demo reports tools_called itself (it knows which proposals it made), rather
+        # than `with run:`, because some of its runs "crash" on purpose without finishing.
         try:
-            response = self.api.request(
-                "POST", f"/runs/{state.id}/finish", json=body, unstoppable=unstoppable
-            )
+            data = state.run.finish(status, message, tools_called=tools_called)
         except Unavailable:
             return
-        if response.status_code == 200:
-            executed = response.json().get("tools_executed")
-            extra = f": {message}" if message else ""
-            log(f"run {short(state.id)} finished {status}{extra} (tools_executed {executed})")
-        elif response.status_code != 409:  # 409: already finished, e.g. by a retry
-            log(f"run {short(state.id)}: finish answered {response.status_code}")
+        except ApiError as exc:
+            if exc.status != 409:  # 409: already finished, e.g. reaped
+                log(f"run {short(state.id)}: finish answered {exc}")
+            return
+        extra = f": {message}" if message else ""
+        executed = data.get("tools_executed")
+        log(f"run {short(state.id)} finished {status}{extra} (tools_executed {executed})")
 
     # one proposal
 
@@ -717,33 +682,35 @@ class Agent:
         return None
 
     def propose(self, state, step, expected_version) -> dict | None:
-        body = {
-            "tool": step.tool,
-            "target": step.target,
-            "desired_state": step.desired_state(),
-            "expected_version": expected_version,
-        }
-        if step.approval_id:
-            body["approval_id"] = step.approval_id
-        # Retried on a network error or a 503 without a second thought: same key, same intent,
-        # so at worst the retry is answered from the ledger.
-        response = self.api.request(
-            "POST", f"/runs/{state.id}/actions", json=body, headers={"Idempotency-Key": step.key}
-        )
-        if response.status_code in (200, 201):
-            return response.json()
-        problem = _problem(response)
-        if response.status_code == 409 and problem.get("type") == "/problems/run-not-running":
-            raise RunGone("the run is no longer running (finished or reaped elsewhere)")
-        if response.status_code == 422:
+        self.check_stop()
+        # Safe to repeat on a lost answer: same key, same intent, so at worst the repeat is
+        # answered from the ledger (the client itself only retries what cannot double-send).
+        try:
+            outcome = state.run.propose(
+                step.tool,
+                step.target,
+                step.desired_state(),
+                key=step.key,
+                expected_version=expected_version,
+                approval_id=step.approval_id,
+            )
+        except RunNotRunning as exc:
+            raise RunGone("the run is no longer running (finished or reaped elsewhere)") from exc
+        except IdempotencyConflict:
             log(
                 f"  {step.tool} {step.target}: 422 idempotency-conflict for key {step.key}: "
                 "the same key was used for a different intent (the world moved since); "
                 "nothing created"
             )
             return None
-        log(f"  {step.tool} {step.target}: {response.status_code} {problem.get('detail', '')}")
-        return None
+        except ApiError as exc:
+            log(f"  {step.tool} {step.target}: {exc}")
+            return None
+        return {
+            **outcome.action,
+            "replayed": outcome.replayed,
+            "content_changed": outcome.content_changed,
+        }
 
     def interfere_while_in_flight(self, step: Step, before: int, desired: dict) -> None:
         """The tool committed and is slow to answer; the customer changes the ticket now, so
@@ -763,13 +730,21 @@ class Agent:
             time.sleep(0.1)
 
     def settle(self, action: dict) -> dict:
+        """Wait for the outcome in short slices (so that SIGTERM is honoured quickly). The
+        typed outcomes (Blocked, Failed, NeedsHuman) are all states the demo wants to show,
+        so it reads the action from them rather than treating them as errors."""
+        outcome = self.client.outcome(action["id"]) if action["state"] in IN_PROGRESS else None
         deadline = time.monotonic() + SETTLE_SECONDS
-        while action["state"] in IN_PROGRESS and time.monotonic() < deadline:
-            response = self.api.request("GET", f"/actions/{action['id']}?wait={WAIT_SECONDS}")
-            if response.status_code != 200:
-                break
-            action = response.json()
-        return action
+        while outcome is not None and time.monotonic() < deadline:
+            self.check_stop()
+            try:
+                return outcome.wait(WAIT_SECONDS).action
+            except Pending as exc:
+                if exc.state == "awaiting_approval":
+                    return exc.action  # a person decides; tracked below
+            except OutcomeError as exc:
+                return exc.action
+        return outcome.action if outcome is not None else action
 
     def report(self, step, action, *, first, retried, fault, note) -> None:
         state = action["state"]
@@ -848,13 +823,12 @@ class Agent:
             return
         self.last_refresh = time.monotonic()
         for action_id, old in list(self.tracked.items()):
-            response = self.api.request("GET", f"/actions/{action_id}", retry=False)
-            if response.status_code == 404:
-                self.tracked.pop(action_id)
+            try:
+                new = self.client.outcome(action_id).action
+            except ApiError as exc:
+                if exc.status == 404:
+                    self.tracked.pop(action_id)
                 continue
-            if response.status_code != 200:
-                continue
-            new = response.json()
             if new["state"] != old["state"]:
                 how = new.get("resolution") or new.get("block_reason") or new.get("failure_reason")
                 log(
@@ -877,18 +851,10 @@ class RunGone(Exception):
     pass
 
 
-def _problem(response: httpx.Response) -> dict:
-    try:
-        body = response.json()
-    except ValueError:
-        return {"detail": response.text[:200]}
-    return body if isinstance(body, dict) else {}
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m console.demo.agent",
-        description="A demo agent runtime that speaks Takeover's HTTP API v1.",
+        description="A demo agent runtime on takeover_client (Takeover's HTTP API v1).",
     )
     parser.add_argument("--url", default="http://127.0.0.1:8000", help="Takeover's base URL")
     parser.add_argument(
@@ -910,12 +876,22 @@ def main(argv: list[str] | None = None) -> None:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    agent = Agent(Api(args.url, token, stop), World(args.downstream), stop)
+    # The client's retries (a 503 with Retry-After, a refused connection) are worth seeing.
+    retries = logging.StreamHandler(sys.stdout)
+    retries.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+    logging.getLogger("takeover_client").addHandler(retries)
+    logging.getLogger("takeover_client").setLevel(logging.INFO)
+    # A minute of retries rides out a restart of the web process or a database blip without
+    # losing the run in hand.
+    client = Takeover(args.url, token, retry_for=60, timeout=WAIT_SECONDS + 25)
+    agent = Agent(client, World(args.downstream), stop)
     try:
         agent.loop()
-    except Fatal as exc:
-        log(f"demo agent: {exc}")
+    except Unauthenticated as exc:
+        log(f"demo agent: the API refused the token (401): {exc.detail}")
         sys.exit(2)
+    finally:
+        client.close()
     log("demo agent stopped")
 
 

@@ -113,7 +113,9 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
             caller = Caller("principal", token.principal.tenant, principal=token.principal)
         else:
             if not token.user.is_active:
-                raise exceptions.AuthenticationFailed("This operator is disabled.")
+                # The same words as an unknown token: nothing tells a caller that this one
+                # exists, or whose it was.
+                raise exceptions.AuthenticationFailed("Invalid or revoked token.")
             caller = operator_caller(token.user, request.headers.get(TENANT_HEADER))
         return caller, token
 

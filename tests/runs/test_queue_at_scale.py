@@ -46,9 +46,7 @@ def restart_postgres():
     pg_ctl(["-w", "-m", "fast", "restart"], pgdata=var_dir / "pgdata", user=server.system_user)
 
 
-def test_chaos_killed_workers_and_a_database_restart_lose_and_repeat_nothing(
-    live_db, tmp_path
-):
+def test_chaos_killed_workers_and_a_database_restart_lose_and_repeat_nothing(live_db, tmp_path):
     tenant = tenant_create(slug=f"chaos-{uuid.uuid4().hex[:8]}", actor=SETUP)
     _, token = principal_create(tenant=tenant, name="agent", actor=SETUP)
     stack = stack_for(tmp_path, workers=2, worker_threads=4, web_workers=1)
@@ -225,6 +223,7 @@ def test_a_wait_returns_as_soon_as_the_action_settles(live_db, tmp_path):
             target=f"ticket:{uuid.uuid4().hex[:8]}",
             desired_state={"status": "x"},
         ).json()["id"]
+
         def dispatch_here():
             try:
                 dispatch.action_dispatch(action_id)  # None if a worker claimed it first
