@@ -4,6 +4,7 @@ Every service that changes state takes a keyword-only `actor` and calls `audit()
 its own transaction (SPEC §3 invariant 8).
 """
 
+import contextvars
 import uuid
 from dataclasses import dataclass
 
@@ -12,7 +13,19 @@ from django.utils import timezone
 from .logs import request_id_var
 from .models import AuditEvent
 
-__all__ = ["SYSTEM", "Actor", "audit", "new_request_id", "request_id_var"]
+__all__ = [
+    "SYSTEM",
+    "Actor",
+    "audit",
+    "client_request_id_var",
+    "new_request_id",
+    "request_id_var",
+]
+
+# The X-Request-ID a client sent, if any: stored beside our own id, never instead of it.
+client_request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar(
+    "client_request_id", default=""
+)
 
 
 @dataclass(frozen=True)
@@ -93,6 +106,7 @@ def audit_fields(
         reason=reason or "",
         # The worker acts for the request that proposed the action: same id, one trail.
         request_id=request_id if request_id is not None else request_id_var.get(),
+        client_request_id=client_request_id_var.get(),
     )
 
 

@@ -22,6 +22,7 @@ from core.rows import columns, instance, width
 
 TENANT_HEADER = "X-Takeover-Tenant"
 LAST_USED_RESOLUTION = timedelta(minutes=1)
+INVALID_TOKEN = "Invalid, expired or revoked token."
 
 
 @dataclass
@@ -119,8 +120,10 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed("Use 'Authorization: Bearer <token>'.")
         now = timezone.now()
         token = token_lookup(hash_token(raw.strip()), now)
-        if token is None:
-            raise exceptions.AuthenticationFailed("Invalid, expired or revoked token.")
+        # A disabled operator's token gets the same words as an unknown one: nothing tells
+        # a caller that this one exists, or whose it was.
+        if token is None or (token.user_id is not None and not token.user.is_active):
+            raise exceptions.AuthenticationFailed(INVALID_TOKEN)
         if token.last_used_at is None or token.last_used_at < now - LAST_USED_RESOLUTION:
             # Conditional, so a burst of requests writes once; never inside the request's
             # own transaction, so a rolled-back request still counts as a use.
@@ -130,8 +133,6 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
         if token.principal is not None:
             caller = Caller("principal", token.principal.tenant, principal=token.principal)
         else:
-            if not token.user.is_active:
-                raise exceptions.AuthenticationFailed("This operator is disabled.")
             caller = operator_caller(token.user, request.headers.get(TENANT_HEADER))
         return caller.into_log_context(), token
 
