@@ -8,7 +8,9 @@ every `migrate` is granted exactly:
 
 - USAGE on the schema; SELECT, INSERT, UPDATE, DELETE on every table; USAGE, SELECT, UPDATE
   on every sequence;
-- on the audit table, SELECT and INSERT only: UPDATE, DELETE and TRUNCATE are revoked.
+- on the audit table, SELECT and INSERT only: UPDATE, DELETE and TRUNCATE are revoked;
+- default privileges, so that a table a later migration creates is usable at once (the
+  audit table's restriction is applied again after every migrate).
 
 A role that does not own the table cannot ALTER it (so cannot disable its triggers), cannot
 set session_replication_role (superuser only), and setting pgtrigger.ignore no longer helps
@@ -48,6 +50,17 @@ def grant_app_role(sender=None, using="owner", **kwargs) -> None:
             f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {quoted}"
         )
         cursor.execute(f"GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA public TO {quoted}")
+        # Tables and sequences the owner creates later (the next release's migrations) are
+        # usable by the application at once, not only after this hook has run again.
+        cursor.execute(
+            "ALTER DEFAULT PRIVILEGES IN SCHEMA public "
+            f"GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO {quoted}"
+        )
+        cursor.execute(
+            "ALTER DEFAULT PRIVILEGES IN SCHEMA public "
+            f"GRANT USAGE, SELECT, UPDATE ON SEQUENCES TO {quoted}"
+        )
+        # Last, so that nothing above gives it back.
         cursor.execute(
             f"REVOKE UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER ON {AUDIT_TABLE} FROM {quoted}"
         )
