@@ -843,7 +843,10 @@ def force_request_decide(request, pk, decision):
 def tenant_settings(request):
     enabled = request.POST.get("four_eyes_force_replay") == "on"
     minutes = request.POST.get("approval_sla_minutes", "").strip() or "0"
-    if not minutes.isdigit() or int(minutes) > 30 * 24 * 60:
+    # isascii: "²" is a digit to str.isdigit() but not to int(); and int() refuses more than
+    # 4,300 digits. Either would be a 500.
+    plain = minutes.isascii() and minutes.isdigit() and len(minutes) <= 6
+    if not plain or int(minutes) > 30 * 24 * 60:
         messages.error(request, "Not saved: the approval SLA is a whole number of minutes.")
         return _go(request, reverse("console:replays"))
     tenant_settings_update(

@@ -349,6 +349,15 @@ def test_a_console_take_over_from_a_huge_user_id_takes_nothing_over(w):
     assert Action.objects.get(pk=action.pk).claimed_by.username == w.oncall.username
 
 
+def test_a_console_approval_sla_that_is_not_plain_digits_is_refused_not_a_500(w):
+    client = console(w.admin)
+    for value in ("²", "0" * 5000, "1e3", "-5", str(2**63)):
+        response = client.post("/settings/", {"approval_sla_minutes": value})
+        assert response.status_code in (200, 303), (value[:10], response.status_code)
+    w.tenant.refresh_from_db()
+    assert w.tenant.approval_sla_seconds == 0
+
+
 def test_an_input_file_does_not_outlive_a_run_row_that_failed_to_commit(w):
     """The copy is written before the row; here the row's INSERT really fails (its principal
     is locked by another transaction, and the lock wait times out): the copy goes too."""
