@@ -158,7 +158,7 @@ class Downstream:
 def start_downstream(host="127.0.0.1") -> Downstream:
     process = subprocess.Popen(
         [
-            *(sys.executable, str(ROOT / "console/demo/downstream.py")),
+            *(sys.executable, str(ROOT / "demo/downstream.py")),
             *("--host", host, "--port", "0", "--quiet"),
         ],
         stdout=subprocess.PIPE,
@@ -231,7 +231,7 @@ def start_worker(tmp_path_factory, *, beat=True, env=None) -> Worker:
         "-m",
         "celery",
         "-A",
-        "console",
+        "takeover",
         "worker",
         "-P",
         "threads",

@@ -1,6 +1,6 @@
 """Test settings: the project's own, with a private broker directory and quicker clocks.
 
-Set through the environment (before console.settings is read), so that the Celery worker
+Set through the environment (before takeover.settings is read), so that the Celery worker
 processes the tests start inherit exactly the same configuration.
 """
 
@@ -24,6 +24,12 @@ os.environ.setdefault("CONSOLE_REREAD_AFTER_SECONDS", "3600")
 # which the workers must then refuse (tests/runs/test_egress.py).
 os.environ.setdefault("TOOL_URL_ALLOWLIST", "localhost,127.0.0.1/32,::1")
 
-from console.settings import *  # noqa: F403
+# The tests are an entry point of their own: start the embedded PostgreSQL (when DATABASE_URL
+# is unset) before the project's settings read its URL.
+from takeover.embedded_db import prepare
+
+prepare()
+
+from takeover.settings import *  # noqa: E402, F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast sign-ins in tests

@@ -36,7 +36,7 @@ class Server:
         self.process = subprocess.Popen(
             [
                 sys.executable,
-                *("-m", "gunicorn", "-c", "python:console.gunicorn_conf", "console.wsgi"),
+                *("-m", "gunicorn", "-c", "python:takeover.gunicorn_conf", "takeover.wsgi"),
                 *("-b", f"127.0.0.1:{self.port}", "-k", "gthread", "--threads", "4", "-w", "1"),
                 "--no-control-socket",
             ],
@@ -220,7 +220,7 @@ def run_manage(args, env):
     return subprocess.run(
         [sys.executable, "manage.py", *args],
         cwd=ROOT,
-        env={**clean, "DJANGO_SETTINGS_MODULE": "console.settings", **env},
+        env={**clean, "DJANGO_SETTINGS_MODULE": "takeover.settings", **env},
         capture_output=True,
         text=True,
         timeout=120,
@@ -243,9 +243,9 @@ def test_check_deploy_refuses_a_generated_secret_key():
 def test_the_web_application_refuses_to_start_with_a_generated_key():
     clean = {k: v for k, v in os.environ.items() if k not in {"SECRET_KEY", "DEBUG"}}
     done = subprocess.run(
-        [sys.executable, "-c", "import console.wsgi"],
+        [sys.executable, "-c", "import takeover.wsgi"],
         cwd=ROOT,
-        env={**clean, "DJANGO_SETTINGS_MODULE": "console.settings", "DEBUG": "0"},
+        env={**clean, "DJANGO_SETTINGS_MODULE": "takeover.settings", "DEBUG": "0"},
         capture_output=True,
         text=True,
         timeout=120,

@@ -36,7 +36,7 @@ def test_procfile_and_make_run_pass_no_control_socket():
     assert set(procfile) == {"release", "web", "worker", "beat"}
     assert "--no-control-socket" in procfile["web"]
     assert "migrate" in procfile["release"]
-    assert "--no-control-socket" in (ROOT / "console/launcher.py").read_text()
+    assert "--no-control-socket" in (ROOT / "takeover/launcher.py").read_text()
 
 
 def test_compose_file_runs_the_stack_with_health_checks_and_named_volumes():

@@ -40,7 +40,7 @@ def test_probes_ignore_the_host_header_and_refuse_other_methods(live_db, client)
 
 
 def test_readyz_names_a_broker_it_cannot_reach(live_db, client, settings):
-    from console.celery import app
+    from takeover.celery import app
 
     saved = app.conf.broker_url
     # A port where nothing listens: the broker check fails, the others still pass.
@@ -93,7 +93,7 @@ def test_readyz_answers_503_naming_the_database_when_it_is_stopped(own_postgres)
         **os.environ,
         "DATABASE_URL": server.get_uri("postgres"),
         "DJANGO_SETTINGS_MODULE": "tests.settings",
-        # The web application refuses a generated key with DEBUG off (console/wsgi.py).
+        # The web application refuses a generated key with DEBUG off (takeover/wsgi.py).
         "SECRET_KEY": settings.SECRET_KEY,
     }
     web = subprocess.Popen(
@@ -101,7 +101,7 @@ def test_readyz_answers_503_naming_the_database_when_it_is_stopped(own_postgres)
             sys.executable,
             "-m",
             "gunicorn",
-            "console.wsgi",
+            "takeover.wsgi",
             "-b",
             f"127.0.0.1:{port}",
             "--no-control-socket",
@@ -148,7 +148,7 @@ def test_readyz_command_for_processes_without_http(live_db):
     from django.core.management import call_command
     from django.core.management.base import CommandError
 
-    from console.celery import app
+    from takeover.celery import app
 
     out = io.StringIO()
     call_command("readyz", stdout=out)

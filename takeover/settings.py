@@ -29,7 +29,7 @@ def env_float(name: str, default: float) -> float:
 
 def _secret_key() -> tuple[str, bool]:
     """(key, generated). A generated key is for one machine and a demo; with DEBUG off the
-    web application refuses to start on one (console/wsgi.py), and `check --deploy` fails."""
+    web application refuses to start on one (takeover/wsgi.py), and `check --deploy` fails."""
     if key := os.environ.get("SECRET_KEY"):
         return key, False
     path = VAR_DIR / "secret_key"
@@ -47,7 +47,7 @@ CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").sp
 # Transport. HTTPS=1 when served behind TLS (directly, or behind a proxy that terminates it and
 # sets X-Forwarded-Proto): secure cookies, HSTS, redirect to https, and trust in the proxy's
 # X-Forwarded-Proto. Only set it when such a proxy strips a client's own X-Forwarded-Proto.
-# The probes and /metrics are answered before the redirect (console.ops), so a load balancer
+# The probes and /metrics are answered before the redirect (takeover.ops), so a load balancer
 # may still check over plain HTTP. BEHIND_TLS_PROXY=1 is the older name of the same switch.
 HTTPS = env_bool("HTTPS") or env_bool("BEHIND_TLS_PROXY")
 if HTTPS:
@@ -102,10 +102,12 @@ INSTALLED_APPS = [
     "approvals",
     "runs",
     "console",
+    "demo",
+    "takeover",  # the project: its management commands (bench, soak, readyz)
 ]
 
 MIDDLEWARE = [
-    "console.ops.OpsMiddleware",  # /healthz, /readyz, /metrics: before host checks
+    "takeover.ops.OpsMiddleware",  # /healthz, /readyz, /metrics: before host checks
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -124,8 +126,8 @@ MIDDLEWARE = [
     "axes.middleware.AxesMiddleware",
 ]
 
-ROOT_URLCONF = "console.urls"
-WSGI_APPLICATION = "console.wsgi.application"
+ROOT_URLCONF = "takeover.urls"
+WSGI_APPLICATION = "takeover.wsgi.application"
 
 TEMPLATES = [
     {
@@ -150,14 +152,24 @@ TEMPLATES = [
 # - "owner": the role that owns the tables. `manage.py migrate` runs as it (core's migrate
 #   command defaults to it), and so does any owner-only maintenance (bench_queue, archive).
 # DATABASE_URL is the application's role; DATABASE_OWNER_URL the owner (unset: the same role,
-# which `check --deploy` warns about). The embedded server sets both up itself.
+# which `check --deploy` warns about).
+# Importing the settings starts nothing. With DATABASE_URL unset, the entry points
+# (manage.py, takeover.wsgi, takeover.celery, the test settings) start the embedded server
+# first, through `takeover.embedded_db.prepare()`, which creates both roles and leaves their
+# URLs in the environment.
 if os.environ.get("DATABASE_URL"):
     _database_url = os.environ["DATABASE_URL"]
     _owner_url = os.environ.get("DATABASE_OWNER_URL") or _database_url
 else:
-    from console.embedded_db import ensure_running
+    _database_url = os.environ.get("TAKEOVER_EMBEDDED_DATABASE_URL", "")
+    _owner_url = os.environ.get("TAKEOVER_EMBEDDED_OWNER_URL") or _database_url
+if not _database_url:
+    from django.core.exceptions import ImproperlyConfigured
 
-    _owner_url, _database_url = ensure_running(VAR_DIR)
+    raise ImproperlyConfigured(
+        "Set DATABASE_URL, or start Takeover through manage.py, takeover.wsgi or "
+        "takeover.celery, which start the embedded PostgreSQL (takeover.embedded_db.prepare)."
+    )
 
 
 def _database(url: str) -> dict:
@@ -257,7 +269,7 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.MultiPartParser",
     ],
     "EXCEPTION_HANDLER": "core.api.problems.exception_handler",
-    "DEFAULT_SCHEMA_CLASS": "console.api.schema.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "api.schema.AutoSchema",
     "UNAUTHENTICATED_USER": None,
 }
 SPECTACULAR_SETTINGS = {
@@ -278,7 +290,7 @@ SPECTACULAR_SETTINGS = {
         "ApprovalRequestStateEnum": "approvals.models.RequestState",
         "LedgerStatusEnum": "ledger.models.LedgerStatus",
         "TokenStateEnum": ["active", "revoked", "expired"],
-        # The problem `type` values each error status can carry (console/api/schema.py).
+        # The problem `type` values each error status can carry (api/schema.py).
         **{
             "Problem" + "".join(s.title().replace("-", "") for s in slugs) + "TypeEnum": [
                 f"/problems/{s}" for s in slugs

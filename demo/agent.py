@@ -1,6 +1,6 @@
 """The demo agent: what a real agent runtime does, through ``takeover_client`` and nothing else.
 
-    python -m console.demo.agent --url http://127.0.0.1:8000 --token-file var/demo-agent.token
+    python -m demo.agent --url http://127.0.0.1:8000 --token-file var/demo-agent.token
 
 No Django, no database: the ``takeover_client`` package (``client/``), the living example of
 it, with the principal's bearer token: ``start_run``/``claim``, ``run.propose`` with keys from
@@ -853,7 +853,7 @@ class RunGone(Exception):
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m console.demo.agent",
+        prog="python -m demo.agent",
         description="A demo agent runtime on takeover_client (Takeover's HTTP API v1).",
     )
     parser.add_argument("--url", default="http://127.0.0.1:8000", help="Takeover's base URL")

@@ -5,11 +5,22 @@ from celery.signals import setup_logging, worker_init
 from kombu.transport import TRANSPORT_ALIASES
 
 # The default, serverless broker: our multi-process-safe variant of kombu's filesystem one.
-TRANSPORT_ALIASES["filesystem"] = "console.broker:Transport"
+TRANSPORT_ALIASES["filesystem"] = "takeover.broker:Transport"
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "takeover.settings")
 
 app = Celery("takeover")
+
+
+@app.on_configure.connect
+def _database(sender, **kwargs):
+    # Sent just before the configuration (Django's settings) is first read: the embedded
+    # PostgreSQL starts here when DATABASE_URL is unset, not when the package is imported.
+    from .embedded_db import prepare
+
+    prepare()
+
+
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 

@@ -55,7 +55,7 @@ def _check_migrations() -> None:
 
 
 def _check_broker() -> None:
-    from console.celery import app
+    from takeover.celery import app
 
     with app.connection_for_write() as conn:
         conn.ensure_connection(max_retries=1, timeout=BROKER_TIMEOUT_SECONDS)

@@ -17,7 +17,7 @@ logger = logging.getLogger(__name__)
 
 def _scope(request):
     """The operator's scope for the navigation, when it can be had cheaply and safely."""
-    from . import selectors
+    from console import selectors
 
     scope = getattr(request, "scope", None)
     user = getattr(request, "user", None)

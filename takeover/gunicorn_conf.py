@@ -1,4 +1,5 @@
-"""gunicorn configuration for Takeover: `gunicorn -c python:console.gunicorn_conf console.wsgi`.
+"""gunicorn configuration for Takeover:
+`gunicorn -c python:takeover.gunicorn_conf takeover.wsgi`.
 
 gunicorn answers some malformed requests itself, before Django sees them: a request line
 over `limit_request_line` (414), headers over `limit_request_field_size` or too many of

@@ -105,7 +105,7 @@ class Stack:
         self.env = {
             **os.environ,
             "DATABASE_URL": self.database_url,
-            "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "console.settings"),
+            "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "takeover.settings"),
             "PYTHONUNBUFFERED": "1",
             # No access line per request, no line per dispatch: they would be measured too.
             "LOG_LEVEL": os.environ.get("LOG_LEVEL", "WARNING"),
@@ -116,7 +116,7 @@ class Stack:
         # Every process of this stack on one named queue (the default derives it per database).
         self.queue = self.env.setdefault("CELERY_QUEUE", "takeover-loadgen")
         if not self.env.get("SECRET_KEY"):
-            # The web processes refuse a generated key with DEBUG off (console/wsgi.py):
+            # The web processes refuse a generated key with DEBUG off (takeover/wsgi.py):
             # hand them this process's key explicitly, as `make run` does.
             from django.conf import settings
 
@@ -133,7 +133,7 @@ class Stack:
     def start(self) -> Stack:
         py = sys.executable
         ds = subprocess.Popen(
-            [py, str(ROOT / "console/demo/downstream.py"), "--port", "0", "--quiet"],
+            [py, str(ROOT / "demo/downstream.py"), "--port", "0", "--quiet"],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
@@ -151,8 +151,8 @@ class Stack:
                 py,
                 "-m",
                 "gunicorn",
-                *("-c", "python:console.gunicorn_conf"),
-                "console.wsgi",
+                *("-c", "python:takeover.gunicorn_conf"),
+                "takeover.wsgi",
                 "-k",
                 "gthread",
                 "-w",
@@ -176,7 +176,7 @@ class Stack:
                     "-m",
                     "celery",
                     "-A",
-                    "console",
+                    "takeover",
                     "beat",
                     "--loglevel",
                     "WARNING",
@@ -195,7 +195,7 @@ class Stack:
                 "-m",
                 "celery",
                 "-A",
-                "console",
+                "takeover",
                 "worker",
                 "-P",
                 "threads",
@@ -271,9 +271,9 @@ def tenant_stack(label: str, *, workers: int, timeout_seconds: float = 10, say=p
 
     from django.db import connection
 
-    from console.management.commands.bench_queue import database_url
     from core.audit import SYSTEM
     from core.services import principal_create, tenant_create, tool_create
+    from takeover.management.commands.bench_queue import database_url
 
     tenant = tenant_create(slug=f"{label}-{uuid.uuid4().hex[:6]}", actor=SYSTEM)
     _principal, token = principal_create(tenant=tenant, name=f"{label}-agent", actor=SYSTEM)

@@ -3,9 +3,13 @@ import os
 from django.core.exceptions import ImproperlyConfigured
 from django.core.wsgi import get_wsgi_application
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "takeover.settings")
 
-from core.otel import setup as tracing  # the settings module must be named first
+from takeover.embedded_db import prepare
+
+prepare()
+
+from core.otel import setup as tracing  # noqa: E402 -- the settings module must be named first
 
 tracing("takeover-web")  # before the middleware is built; off unless configured
 application = get_wsgi_application()

@@ -4,7 +4,7 @@
 - principal ``demo-agent``, its token in ``var/demo-agent.token``;
 - operators ``approver``, ``oncall`` and ``admin`` (password ``<name>-demo``), each with an
   API token in ``var/demo-<name>.token`` for trying the operator API with curl;
-- three tools against the demo downstream (``console/demo/downstream.py``):
+- three tools against the demo downstream (``demo/downstream.py``):
 
   ``update_ticket`` → ``/tickets``, identity = every field it sets (``identity_fields`` empty):
   setting ``status=open`` and setting ``status=solved`` on one ticket are different effects.

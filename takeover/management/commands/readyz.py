@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from console.ops import readiness
+from takeover.ops import readiness
 
 
 class Command(BaseCommand):

@@ -1,7 +1,7 @@
 """`make run`: the whole stack on one machine, for a newcomer (SPEC §9).
 
-``python -m console.launcher`` migrates the database, seeds the demo data
-(``console.demo.setup``), then runs these as child processes, each line of their output
+``python -m takeover.launcher`` migrates the database, seeds the demo data
+(``demo.setup``), then runs these as child processes, each line of their output
 prefixed with the child's name:
 
 =============  ============================================================================
@@ -9,7 +9,7 @@ web            gunicorn on 127.0.0.1:$PORT (default 8000), 2 workers × 8 thread
 worker         a Celery worker (threads pool, concurrency 8): dispatch and reconciliation
 beat           Celery beat: the periodic sweep (lost messages, expired leases, stale runs)
 downstream     the demo tool server on 127.0.0.1:$DOWNSTREAM_PORT (default 8100)
-agent          the demo agent (``console.demo.agent``), speaking only HTTP API v1
+agent          the demo agent (``demo.agent``), speaking only HTTP API v1
 =============  ============================================================================
 
 Engines: PostgreSQL from ``DATABASE_URL``, else the embedded server under ``./var/pgdata``
@@ -171,19 +171,22 @@ class Launcher:
                     f"Port {port} on 127.0.0.1 is taken ({name}). Stop whatever listens there, "
                     f"or choose another: {name}=... make run"
                 )
-        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "takeover.settings")
         self.out.say(
             "Takeover: starting the database "
             + ("(embedded PostgreSQL under var/pgdata)…" if self.embedded else "(DATABASE_URL)…")
         )
         import django
 
-        django.setup()  # the settings start the embedded PostgreSQL when DATABASE_URL is unset
+        from takeover.embedded_db import prepare
+
+        prepare()  # the embedded PostgreSQL, when DATABASE_URL is unset; children inherit its URL
+        django.setup()
         from django.conf import settings
         from django.core.management import call_command
         from django.db import connections
 
-        from console.demo.setup import demo_setup
+        from demo.setup import demo_setup
 
         self.var_dir = Path(settings.VAR_DIR)
         self.out.say("Takeover: applying migrations…")
@@ -205,7 +208,7 @@ class Launcher:
         # explicitly: the web application refuses to invent one with DEBUG off.
         env.setdefault("SECRET_KEY", settings.SECRET_KEY)
         env["PYTHONUNBUFFERED"] = "1"  # line by line through the pipes
-        env.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+        env.setdefault("DJANGO_SETTINGS_MODULE", "takeover.settings")
         env.setdefault("PROMETHEUS_MULTIPROC_DIR", str(self.metrics_dir()))
         return env
 
@@ -219,31 +222,29 @@ class Launcher:
 
     def children_for(self, broker: str) -> list[Child]:
         # Options as strings for legibility; paths (which may hold spaces) as list items.
-        web = "-m gunicorn -c python:console.gunicorn_conf console.wsgi"
+        web = "-m gunicorn -c python:takeover.gunicorn_conf takeover.wsgi"
         web += f" -b 127.0.0.1:{self.port} -k gthread --threads 8 -w 2"
         web += " --no-control-socket"  # gunicorn 27 shares ~/.gunicorn/gunicorn.ctl otherwise
         web += f" --graceful-timeout {GRACE_SECONDS - 2}"
         if self.verbose:
             web += " --access-logfile -"
-        worker = "-m celery -A console worker -P threads -c 8 --loglevel INFO"
+        worker = "-m celery -A takeover worker -P threads -c 8 --loglevel INFO"
         worker += f" -n takeover-{os.getpid()}@%h"
         if broker.startswith("filesystem://"):
             # The filesystem transport has no fanout: nothing to mingle or gossip with.
             worker += " --without-gossip --without-mingle --without-heartbeat"
-        beat = "-m celery -A console beat --loglevel INFO -s"
+        beat = "-m celery -A takeover beat --loglevel INFO -s"
         downstream = f"--port {self.downstream_port}" + ("" if self.verbose else " --quiet")
         py = sys.executable
         return [
-            Child(
-                "downstream", [py, str(ROOT / "console/demo/downstream.py"), *downstream.split()]
-            ),
+            Child("downstream", [py, str(ROOT / "demo/downstream.py"), *downstream.split()]),
             Child("web", [py, *web.split()]),
             Child("worker", [py, *worker.split()]),
             Child("beat", [py, *beat.split(), str(self.var_dir / "celerybeat-schedule")]),
         ]
 
     def agent(self, token_file: Path) -> Child:
-        argv = f"-m console.demo.agent --url http://127.0.0.1:{self.port}"
+        argv = f"-m demo.agent --url http://127.0.0.1:{self.port}"
         argv += f" --downstream http://127.0.0.1:{self.downstream_port} --token-file"
         return Child("agent", [sys.executable, *argv.split(), str(token_file)])
 
@@ -362,7 +363,7 @@ class Launcher:
             if child.reader is not None:
                 child.reader.join(2)
         if self.embedded and self.var_dir is not None:
-            from console.embedded_db import stop
+            from takeover.embedded_db import stop
 
             self.out.say("Takeover: stopping the embedded PostgreSQL…")
             try:

@@ -1,7 +1,7 @@
 """The demo downstream: a small authoritative system that speaks the Takeover tool protocol.
 
 Standard library only, and importable without Django configured, so that tests can run it as
-a subprocess (``python -m console.demo.downstream --port 0``) and ``make run`` can start it
+a subprocess (``python -m demo.downstream --port 0``) and ``make run`` can start it
 beside the web process (``manage.py demo_downstream``).
 
 Two systems live on one port, under path prefixes; a Takeover tool's ``base_url`` names one:
@@ -84,9 +84,8 @@ Known quirks:
   retrying and logs it. Control requests cannot reach a refusing server: wait it out.
 - A request that arrives on a keep-alive connection in the instant ``refuse`` closes it may be
   cut off after it was sent, as with a real crash.
-- ``python -m console.demo.downstream`` imports the ``console`` package, whose ``__init__``
-  imports Celery (not Django); a bare interpreter without the project's dependencies can run
-  the file itself instead: ``python console/demo/downstream.py --port 0``.
+- It needs nothing but the standard library: ``python -m demo.downstream --port 0``, or the
+  file itself, ``python demo/downstream.py --port 0``, in a bare interpreter.
 - One log line per request goes to stderr; a parent that pipes stderr must read it (or pass
   ``--quiet``), or the server blocks once the pipe is full.
 """
@@ -927,7 +926,7 @@ def serve(host: str = "127.0.0.1", port: int = 8100, *, quiet: bool = False) -> 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m console.demo.downstream",
+        prog="python -m demo.downstream",
         description="Demo downstream speaking the Takeover tool protocol, with fault injection.",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")

@@ -1,8 +1,8 @@
-"""``manage.py demo_downstream``: run the demo downstream (see ``console.demo.downstream``)."""
+"""``manage.py demo_downstream``: run the demo downstream (see ``demo.downstream``)."""
 
 from django.core.management.base import BaseCommand
 
-from console.demo.downstream import serve
+from demo.downstream import serve
 
 
 class Command(BaseCommand):

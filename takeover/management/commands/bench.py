@@ -37,7 +37,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, connections
 
-from console import loadgen
+from takeover import loadgen
 
 from .bench_queue import database_url
 

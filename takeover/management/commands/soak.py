@@ -2,7 +2,7 @@
 
 In a database of its own (``<your database>_soak``, created afresh), the stack of ``make
 bench`` runs ``--actions`` proposals (default 10,000) from 4 runtime threads, each on a target
-of its own, with the fault mix of ``console.loadgen.FAULT_MIX`` (commit then drop the
+of its own, with the fault mix of ``takeover.loadgen.FAULT_MIX`` (commit then drop the
 connection, commit then 500, answer after the timeout, 503 before committing, reject, and
 reads that fail), while a worker is SIGKILLed every ``--kill-every`` seconds (default 10) and
 restarted at once, like a pod. Then it waits until nothing is in progress (``--settle``
@@ -25,7 +25,7 @@ import sys
 from django.core.management.base import BaseCommand
 from django.db import connection
 
-from console import loadgen
+from takeover import loadgen
 
 from .bench import recreate_database
 

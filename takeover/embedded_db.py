@@ -12,6 +12,7 @@ Ctrl-C with `stop()`.
 
 import contextlib
 import logging
+import os
 import warnings
 from pathlib import Path
 
@@ -54,6 +55,25 @@ def ensure_running(var_dir: Path) -> tuple[str, str]:
     owner = server.get_uri(DB_NAME)
     scheme, rest = owner.split("://", 1)
     return owner, f"{scheme}://{APP_ROLE}@{rest.split('@', 1)[1]}"
+
+
+URL_VARIABLE = "TAKEOVER_EMBEDDED_DATABASE_URL"  # the application's role
+OWNER_URL_VARIABLE = "TAKEOVER_EMBEDDED_OWNER_URL"  # the owner of the tables
+
+
+def var_dir() -> Path:
+    return Path(os.environ.get("TAKEOVER_VAR_DIR", Path(__file__).resolve().parent.parent / "var"))
+
+
+def prepare() -> None:
+    """What every entry point calls before Django reads its settings: with `DATABASE_URL`
+    unset, start the embedded server (if it is not up) and leave its URL in the environment,
+    where the settings, and the child processes of `make run` and the tests, find it.
+    Importing the settings never starts a server. Two URLs: the application's role and the
+    owner's (migrations, archive)."""
+    if os.environ.get("DATABASE_URL"):
+        return
+    os.environ[OWNER_URL_VARIABLE], os.environ[URL_VARIABLE] = ensure_running(var_dir())
 
 
 def stop(var_dir: Path) -> None:
