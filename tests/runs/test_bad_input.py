@@ -216,6 +216,45 @@ def test_agent_text_fields_with_nul_or_surrogates_are_400s(w, path_of, field, bo
     assert Run.objects.get(pk=w.run["id"]).status == "running"
 
 
+@pytest.mark.parametrize(
+    ("path_of", "field", "body"),
+    [
+        (lambda w: "/api/v1/tokens", "name", {"principal": "agent", "name": NUL}),
+        (lambda w: "/api/v1/tokens", "principal", {"principal": SURROGATE}),
+        (lambda w: "/api/v1/settings", "approval_sla_seconds", {"approval_sla_seconds": 2**63}),
+        (
+            lambda w: f"/api/v1/actions/{w.action_id}/resolve",
+            "based_on_read",
+            {"outcome": "failed", "reason": "x", "based_on_read": 2**63},
+        ),
+        (
+            lambda w: f"/api/v1/actions/{w.action_id}/resolve",
+            "reason",
+            {"outcome": "failed", "reason": NUL},
+        ),
+    ],
+)
+def test_operator_fields_postgresql_would_refuse_are_400s(w, path_of, field, body):
+    """The endpoints issues 10 and 12 added (tokens, tenant settings, resolving on a read)
+    follow the same rules."""
+    from core.models import ApiToken
+
+    # Awaiting approval: no worker moves it (or writes its audit) while the test counts.
+    w.tool("close_ticket", requires_approval=True)
+    proposed = w.propose(
+        w.run["id"], f"k-{uuid.uuid4().hex}", tool="close_ticket", target="t", desired_state={}
+    )
+    assert proposed.json()["state"] == "awaiting_approval", proposed.content
+    w.action_id = proposed.json()["id"]
+    tokens = ApiToken.objects.count()
+    before = written(w)
+    response = post_raw(w.admin.client(), path_of(w), as_json_text(body))
+    assert_refused(w, before, response, field)
+    assert ApiToken.objects.count() == tokens
+    w.tenant.refresh_from_db()
+    assert w.tenant.approval_sla_seconds == 0
+
+
 def test_duplicate_keys_are_refused(w):
     before = written(w)
     text = '{"trigger": "api", "config": {"a": 1, "a": 2}}'
