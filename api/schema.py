@@ -1,6 +1,7 @@
-"""What API v1 answers, for the OpenAPI schema (SPEC §7). Documentation only: the views
-answer with `runs.presenters`' dicts, and `tests/openapi/test_schema.py` validates real answers
-against these shapes, so the two cannot drift apart unnoticed.
+"""What API v1 answers, for the OpenAPI schema (docs/design.md, "The API's conventions").
+Documentation only: the views answer with `runs.presenters`' dicts, and
+`tests/api/test_schema.py` validates real answers against these shapes, so the two cannot
+drift apart unnoticed.
 
 - Resource serializers mirror the presenters field by field.
 - Lists are `{"results": [...], "next": cursor | null}` (`page_of`).
@@ -330,7 +331,8 @@ def page_of(item) -> type:
 
 # --- errors -------------------------------------------------------------------------------
 
-# The `type` values each status carries (SPEC §7), as `/problems/<slug>`.
+# The `type` values each status carries, as `/problems/<slug>` (docs/design.md, "The API's
+# conventions").
 SLUGS = {
     400: ["validation-error"],
     401: ["unauthenticated"],

@@ -1,5 +1,6 @@
-"""HTTP API v1 (SPEC §7). Thin: validate, find the object in the caller's scope, call a
-service, present the result. Another tenant's object is always a 404."""
+"""HTTP API v1 (docs/design.md, "The API's conventions"). Thin: validate, find the object
+in the caller's scope, call a service, present the result. Another tenant's object is always
+a 404."""
 
 import re
 import time

@@ -9,7 +9,7 @@ only other thing it talks to is the demo downstream's ``/_control`` API, and onl
 *the rest of the world*: a network that drops a response, a tool that times out after
 committing, a colleague who edits the ticket at the same moment. A real runtime has no such
 lever; the demo needs it so that a newcomer sees, within a minute, every state of the
-lifecycle (SPEC §3) in the console.
+lifecycle (docs/design.md, "The action lifecycle") in the console.
 
 About every 3 seconds it either claims a replayed run (``POST /runs/claim``) or starts a new
 one, whose ``config`` is the whole input: the trigger event, from which the plan of side

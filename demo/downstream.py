@@ -14,7 +14,7 @@ Two systems live on one port, under path prefixes; a Takeover tool's ``base_url`
     (``desired_state``, typically ``{"subject", "body"}``) to that recipient's outbox; the
     recipient's state is the latest e-mail's fields and its version the number of e-mails.
 
-Both answer the tool protocol (SPEC.md §6):
+Both answer the tool protocol (docs/design.md, "The tool protocol"):
 
 - ``POST {prefix}/effects`` with headers ``Idempotency-Key`` and ``X-Takeover-Action`` and the
   body ``{"action_id", "tenant", "principal", "tool", "target", "desired_state",

@@ -1,4 +1,4 @@
-"""`make run`: the whole stack on one machine, for a newcomer (SPEC §9).
+"""`make run`: the whole stack on one machine, for a newcomer.
 
 ``python -m takeover.launcher`` migrates the database, seeds the demo data
 (``demo.setup``), then runs these as child processes, each line of their output

@@ -314,7 +314,8 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
-# Celery. The database is the outbox; the broker only wakes workers (SPEC §9).
+# Celery. The database is the outbox; the broker only wakes workers (docs/design.md, "The
+# database is the queue").
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
     _broker_dir = Path(os.environ.get("CELERY_BROKER_DIR", VAR_DIR / "broker"))

@@ -108,8 +108,8 @@ def api(document, world):
 
 def test_schema_validates_without_warnings(schema_file, document):
     ops = [op for item in document["paths"].values() for op in item.values()]
-    # SPEC §7's 27, plus tokens (4), acknowledge, idempotency conflicts, four-eyes force
-    # replay requests (3) and the tenant's settings (2).
+    # The API's 27 core operations, plus tokens (4), acknowledge, idempotency conflicts,
+    # four-eyes force replay requests (3) and the tenant's settings (2).
     assert len(ops) == 38
     assert all(op["operationId"] for op in ops)
     for op in ops:

@@ -85,7 +85,8 @@ def read_archive(folder) -> dict[str, list[dict]]:
 @pytest.fixture
 def own_downstream():
     """A downstream of this test's own: the archive deletes the attempts of what it sent, so
-    the shared one's tally would no longer match the database (test_zz_global_invariants)."""
+    the shared one's tally would no longer match the database (the global invariants,
+    tests/invariants.py)."""
     ds = start_downstream()
     yield ds
     ds.process.terminate()

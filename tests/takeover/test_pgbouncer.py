@@ -98,7 +98,7 @@ def test_services_and_api_work_through_pgbouncer_in_transaction_mode(pgbouncer):
         "DJANGO_SETTINGS_MODULE": "tests.settings",
     }
     result = subprocess.run(
-        [sys.executable, "-m", "tests.ops.pooled_flow"],
+        [sys.executable, "-m", "tests.takeover.pooled_flow"],
         cwd=ROOT,
         env=env,
         capture_output=True,

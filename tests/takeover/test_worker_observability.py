@@ -16,7 +16,7 @@ import pytest
 
 from core.models import AuditEvent
 from tests.conftest import STARTED_WORKERS, start_worker
-from tests.ops.test_metrics import TOKEN, parse, value
+from tests.takeover.test_metrics import TOKEN, parse, value
 
 pytestmark = pytest.mark.worker
 

@@ -1,4 +1,5 @@
-"""Transient database trouble is a 503 with Retry-After, never a 500 (SPEC §7)."""
+"""Transient database trouble is a 503 with Retry-After, never a 500 (docs/design.md, "The
+API's conventions")."""
 
 from contextlib import contextmanager
 

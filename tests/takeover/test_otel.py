@@ -21,7 +21,7 @@ def test_one_trace_from_the_request_to_the_tool_call(live_db, downstream):
     from tests.conftest import database_url
 
     result = subprocess.run(
-        [sys.executable, "-m", "tests.ops.otel_flow", downstream.url],
+        [sys.executable, "-m", "tests.takeover.otel_flow", downstream.url],
         cwd=ROOT,
         env={
             **os.environ,

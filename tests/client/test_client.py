@@ -1,4 +1,5 @@
-"""takeover_client against a running server: every outcome a runtime meets (SPEC §3)."""
+"""takeover_client against a running server: every outcome a runtime meets (docs/design.md,
+"The action lifecycle")."""
 
 import asyncio
 import hashlib
@@ -24,7 +25,7 @@ from takeover_client import (
     idempotency_key,
 )
 
-from ..runs.test_unavailable import database_down
+from ..api.test_unavailable import database_down
 from .conftest import event, ticket
 
 pytestmark = pytest.mark.worker
