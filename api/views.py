@@ -93,8 +93,9 @@ class IdempotencyKeyMissing(ValidationFailed):
 
 
 def valid(serializer_class, data):
-    """Validated fields. An optional field sent as null means "not given" (SPEC §7), unless
-    the field gives null a meaning of its own (tools_called, expected_version, approval_id)."""
+    """Validated fields. An optional field sent as null means "not given" (docs/design.md,
+    "The API's conventions"), unless the field gives null a meaning of its own (tools_called,
+    expected_version, approval_id)."""
     fields = serializer_class().fields
     data = {
         name: value

@@ -1,4 +1,4 @@
-"""Egress policy (SPEC §6): where Takeover may send a tool call.
+"""Egress policy (docs/design.md, "The tool protocol"): where Takeover may send a tool call.
 
 A tenant admin chooses a tool's `base_url`, and Takeover then POSTs to it and shows the
 operator part of the answer: without a policy that is a server-side request forgery
@@ -292,7 +292,7 @@ def egress_transport(limits: httpx.Limits | None = None) -> httpx.HTTPTransport:
         limits=limits or httpx.Limits(max_connections=None, max_keepalive_connections=0),
     )
     # httpx does not expose httpcore's network_backend; the pool reads this attribute on
-    # every new connection (httpx and httpcore are pinned; tests/runs/test_egress.py proves
+    # every new connection (httpx and httpcore are pinned; tests/core/test_egress.py proves
     # the refusal end to end).
     transport._pool._network_backend = EgressBackend()
     return transport

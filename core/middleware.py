@@ -149,7 +149,8 @@ class DatabaseUnavailableMiddleware:
 
 
 class ChunkedBodyMiddleware:
-    """A chunked request body is read like any other (SPEC §7), never taken as empty.
+    """A chunked request body is read like any other, never taken as empty (docs/design.md,
+    "The API's conventions").
 
     Django sizes the body by Content-Length, which a chunked request does not send, so it
     would read zero bytes: a grant's ttl_seconds silently became the default. When the

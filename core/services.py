@@ -76,7 +76,7 @@ def tool_create(
     timeout_seconds: float = 10,
     actor: Actor,
 ) -> Tool:
-    """Register a tool; its base_url must pass the egress policy (SPEC §6) or nothing is
+    """Register a tool; its base_url must pass the egress policy (core/egress.py) or nothing is
     written (a 400 naming base_url)."""
     validate_base_url(base_url)
     with transaction.atomic():

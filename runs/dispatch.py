@@ -69,7 +69,7 @@ _http_pid: int | None = None
 
 
 def _client() -> httpx.Client:
-    # The egress policy (SPEC §6, core/egress.py): only allowed destinations, checked on
+    # The egress policy (core/egress.py): only allowed destinations, checked on
     # the resolved address at connect time; a refusal is a ConnectError, so "not sent".
     # trust_env=False: no proxy from the environment may sit between us and the tool.
     # No keep-alive: every attempt opens a fresh connection, so that ConnectError still

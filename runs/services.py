@@ -1024,9 +1024,10 @@ def replay_verdict(run: Run, executed=..., actions=None) -> ReplayVerdict:
 
 
 def _refuse_second_unsettled_replay(run: Run) -> None:
-    """A run has at most one unsettled replay (pending or running), forced or not (SPEC §7).
-    The caller holds the lock on `run`, which serializes replays of it; under READ COMMITTED
-    this read then sees a replay that a concurrent request just committed."""
+    """A run has at most one unsettled replay (pending or running), forced or not
+    (docs/design.md, "Runs and replay"). The caller holds the lock on `run`, which serializes
+    replays of it; under READ COMMITTED this read then sees a replay that a concurrent
+    request just committed."""
     waiting = (
         Run.objects.filter(replay_of=run, status__in=[RunStatus.PENDING, RunStatus.RUNNING])
         .values_list("pk", "status")
@@ -1047,7 +1048,7 @@ def run_replay(run: Run, *, force: bool, reason: str, actor: Actor) -> Run:
     """
     with transaction.atomic():
         # The lock on the original run serializes replays of it, so exactly one of many
-        # concurrent requests creates one (SPEC §7).
+        # concurrent requests creates one.
         run = Run.objects.select_for_update(no_key=True).get(pk=run.pk)
         verdict = replay_verdict(run)
         if verdict.gone:

@@ -5,7 +5,8 @@ gunicorn answers some malformed requests itself, before Django sees them: a requ
 over `limit_request_line` (414), headers over `limit_request_field_size` or too many of
 them (431), an unparseable request (400). Its built-in answer is an HTML page, and gunicorn
 has no setting for that page; this module replaces the one function that writes it, so
-those answers are RFC 9457 problem+json like every other error of the API (SPEC §7).
+those answers are RFC 9457 problem+json like every other error of the API (docs/design.md,
+"The API's conventions").
 """
 
 import json

@@ -145,7 +145,7 @@ TEMPLATES = [
     },
 ]
 
-# Two connections to one database (SPEC §3 invariant 8 holds only if the application cannot
+# Two connections to one database (docs/design.md, invariant 8, holds only if the application cannot
 # switch the audit log's protection off):
 # - "default": the application's role. It owns nothing, and has UPDATE, DELETE and TRUNCATE
 #   revoked on the audit table (core/dbroles.py grants the rest after every migrate).
@@ -253,7 +253,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("MAX_BODY_BYTES", 1024 * 1024))
 FILE_UPLOAD_MAX_MEMORY_SIZE = DATA_UPLOAD_MAX_MEMORY_SIZE
 MAX_INPUT_FILE_BYTES = int(os.environ.get("MAX_INPUT_FILE_BYTES", 20 * 1024 * 1024))
 
-# Where tools may be (SPEC §6 egress policy, core/egress.py): host names, *.domain wildcards
+# Where tools may be (the egress policy, core/egress.py): host names, *.domain wildcards
 # and CIDR ranges, comma-separated. Default: loopback only.
 TOOL_URL_ALLOWLIST = os.environ.get("TOOL_URL_ALLOWLIST", "localhost,127.0.0.0/8,::1")
 

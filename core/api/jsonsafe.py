@@ -1,4 +1,5 @@
-"""JSON that PostgreSQL can store, checked before anything is written (SPEC §7).
+"""JSON that PostgreSQL can store, checked before anything is written (docs/design.md, "The
+API's conventions").
 
 PostgreSQL's jsonb and text refuse a NUL character (\\u0000), and a lone surrogate
 (\\ud800) cannot even be encoded to UTF-8 on the way there; Python's json module builds

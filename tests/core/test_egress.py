@@ -1,4 +1,4 @@
-"""The egress policy (SPEC §6): tools cannot be aimed inward."""
+"""The egress policy (docs/design.md, "The tool protocol"): tools cannot be aimed inward."""
 
 import socket
 import uuid

@@ -1,6 +1,7 @@
-"""SPEC §7 "Input is validated before anything is written": every input class the security
-review turned into a 500 is a 400 naming the field, and leaves no row, no audit event and
-no file behind. Through the whole Django stack (middleware, DRF, the parsers)."""
+"""Input is validated before anything is written (docs/design.md, "The API's conventions"):
+every input class the security review turned into a 500 is a 400 naming the field, and
+leaves no row, no audit event and no file behind. Through the whole Django stack
+(middleware, DRF, the parsers)."""
 
 import base64
 import json
