@@ -106,7 +106,7 @@ class LoginView(auth_views.LoginView):
 def audit_lockout(sender, request, username, ip_address, **kwargs):
     """The lockout, in the audit log of each tenant the account belongs to (an unknown
     username has no tenant; axes' own tables record it)."""
-    from core.audit import SYSTEM, audit
+    from core.audit import SYSTEM, Verb, audit
     from core.models import Membership
 
     user = get_user_model().objects.filter(username=username).first() if username else None
@@ -115,7 +115,7 @@ def audit_lockout(sender, request, username, ip_address, **kwargs):
     for membership in Membership.objects.filter(user=user).select_related("tenant"):
         audit(
             actor=SYSTEM,
-            verb="operator.locked_out",
+            verb=Verb.OPERATOR_LOCKED_OUT,
             obj=user,
             object_type="user",
             tenant=membership.tenant,

@@ -38,7 +38,7 @@ from django.utils import timezone
 
 from approvals import services as approvals
 from core import metrics, otel
-from core.audit import DISPATCHER, RECONCILER, SWEEPER, Actor, audit, request_id_var
+from core.audit import DISPATCHER, RECONCILER, SWEEPER, Actor, Verb, audit, request_id_var
 from core.logs import log_context, traceparent
 
 from .models import Action, Attempt, Reconciliation
@@ -497,7 +497,7 @@ def _reconcile(action: Action, *, actor: Actor) -> Action:
         if action.state != S.UNKNOWN:
             audit(
                 actor=actor,
-                verb="action.recheck",
+                verb=Verb.ACTION_RECHECK,
                 obj=action,
                 before={"state": action.state},
                 after={"state": action.state, "verdict": verdict},
@@ -519,7 +519,7 @@ def _reconcile(action: Action, *, actor: Actor) -> Action:
             )
             audit(
                 actor=actor,
-                verb="action.reconcile_failed",
+                verb=Verb.ACTION_RECONCILE_FAILED,
                 obj=action,
                 before={"state": S.UNKNOWN},
                 after={"state": S.UNKNOWN, "reconcile_failures": failures},

@@ -18,6 +18,7 @@ from .states import (
     AttemptOutcome,
     BlockReason,
     FailureReason,
+    ForceRequestState,
     Resolution,
     RunStatus,
     Trigger,
@@ -258,12 +259,6 @@ class IdempotencyConflict(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["tenant", "-at"], name="conflict_recent")]
-
-
-class ForceRequestState(models.TextChoices):
-    PENDING = "pending"
-    CONFIRMED = "confirmed"
-    REJECTED = "rejected"
 
 
 class ForceReplayRequest(models.Model):

@@ -16,7 +16,15 @@ from psycopg.types.json import Jsonb
 
 from approvals import services as approvals
 from approvals.models import Approval, ApprovalRequest, RequestState
-from core.audit import Actor, audit, audit_many, client_request_id_var, request_id_var
+from core.audit import (
+    Actor,
+    Verb,
+    audit,
+    audit_many,
+    client_request_id_var,
+    request_id_var,
+    verb_for_state,
+)
 from core.canonical import canonical_json, fingerprint
 from core.errors import (
     IdempotencyConflict,
@@ -34,10 +42,20 @@ from ledger.services import (
     ledger_set_status,
     ledger_set_status_many,
 )
+from ledger.states import LEDGER
 
 from .models import Action, ForceReplayRequest, ForceRequestState, Replay, Run
 from .notify import CHANNEL, notify_settled
-from .states import IN_PROGRESS, BlockReason, Resolution, RunStatus, check_move
+from .states import (
+    ACTION,
+    FORCE_REQUEST,
+    IN_PROGRESS,
+    RUN,
+    BlockReason,
+    Resolution,
+    RunStatus,
+    check_move,
+)
 from .states import ActionState as S
 from .wakeup import wake_workers
 
@@ -51,6 +69,17 @@ LEDGER_STATUS_FOR = {
     S.NEEDS_HUMAN: LedgerStatus.UNKNOWN,
     S.BLOCKED: LedgerStatus.VOID,
 }
+
+
+def _check_ledger_mirror():
+    """Every move of the action table lands on a legal move of the ledger's (or none)."""
+    for source, targets in ACTION.table.items():
+        for target in targets:
+            a, b = LEDGER_STATUS_FOR[source], LEDGER_STATUS_FOR[target]
+            assert a == b or LEDGER.can(a, b), f"action {source}->{target}: ledger {a}->{b}"
+
+
+_check_ledger_mirror()
 
 
 def enqueue_dispatch() -> None:
@@ -85,13 +114,15 @@ def action_move(action: Action, to: str, *, actor: Actor, reason: str = "", **fi
         setattr(action, name, value)
     audit(
         actor=actor,
-        verb=f"action.{to}",
+        verb=verb_for_state("action", to),
         obj=action,
         before={"state": source},
         after=_after(to, fields),
         reason=reason,
     )
-    ledger_set_status(action.ledger_entry_id, LEDGER_STATUS_FOR[to])
+    ledger_set_status(
+        action.ledger_entry_id, LEDGER_STATUS_FOR[to], source=LEDGER_STATUS_FOR[source]
+    )
     if to not in IN_PROGRESS:
         notify_settled([action.pk])
     return True
@@ -155,6 +186,7 @@ def action_settle_dispatch(
     is no longer dispatching (or its attempt was already closed by the sweeper): nothing
     was written, and the caller records the late answer its own way."""
     check_move(S.DISPATCHING, to)
+    LEDGER.check(LEDGER_STATUS_FOR[S.DISPATCHING], LEDGER_STATUS_FOR[to])
     now = timezone.now()
     next_reconcile_at = now if to == S.UNKNOWN else None
     with connection.cursor() as cursor:
@@ -175,7 +207,7 @@ def action_settle_dispatch(
                 "audit_id": uuid.uuid4(),
                 "actor_kind": actor.kind,
                 "actor_name": actor.name,
-                "verb": f"action.{to}",
+                "verb": verb_for_state("action", to),
                 "before": Jsonb({"state": S.DISPATCHING}),
                 "after": Jsonb(_after(to, fields)),
                 "reason": reason,
@@ -234,7 +266,7 @@ def actions_move_batch(
         [
             {
                 "actor": actor,
-                "verb": f"action.{to}",
+                "verb": verb_for_state("action", to),
                 "obj": a,
                 "before": {"state": source},
                 "after": _after(to, fields),
@@ -244,13 +276,52 @@ def actions_move_batch(
             for a in moved
         ]
     )
-    ledger_set_status_many([a.ledger_entry_id for a in moved], LEDGER_STATUS_FOR[to])
+    ledger_set_status_many(
+        [a.ledger_entry_id for a in moved], LEDGER_STATUS_FOR[to], source=LEDGER_STATUS_FOR[source]
+    )
     if to not in IN_PROGRESS:
         notify_settled([a.pk for a in moved])
     return moved
 
 
 # --- runs -----------------------------------------------------------------------------
+
+# The verb of each move of a run (pending → running is a runtime claiming a replay).
+RUN_VERBS = {
+    RunStatus.RUNNING: Verb.RUN_CLAIM,
+    RunStatus.SUCCESS: Verb.RUN_SUCCESS,
+    RunStatus.ERROR: Verb.RUN_ERROR,
+    RunStatus.CANCELLED: Verb.RUN_CANCELLED,
+}
+
+
+def run_move(
+    run: Run, to: str, *, actor: Actor, reason: str = "", after=None, where=None, **fields
+) -> bool:
+    """Move `run` from the status it was read in to `to`, if nobody moved it first: the
+    run's one guarded move (the table is `runs.states.RUN`). A conditional UPDATE checked by
+    row count (`where` adds conditions, such as the reaper's stale heartbeat), with its
+    audit event in the same transaction. The loser of a race gets False and writes nothing.
+    """
+    source = run.status
+    RUN.check(source, to)
+    updated = Run.objects.filter(pk=run.pk, status=source, **(where or {})).update(
+        status=to, **fields
+    )
+    if updated != 1:
+        return False
+    run.status = to
+    for name, value in fields.items():
+        setattr(run, name, value)
+    audit(
+        actor=actor,
+        verb=RUN_VERBS[to],
+        obj=run,
+        before={"status": source},
+        after={"status": to, **(after or {})},
+        reason=reason,
+    )
+    return True
 
 
 def run_start(
@@ -282,7 +353,7 @@ def run_start(
             run.save()
             audit(
                 actor=actor,
-                verb="run.start",
+                verb=Verb.RUN_START,
                 obj=run,
                 after={"status": run.status, "trigger": trigger, "input_sha256": run.input_sha256},
             )
@@ -334,29 +405,20 @@ def run_finish(
     """
     if status not in {RunStatus.SUCCESS, RunStatus.ERROR, RunStatus.CANCELLED}:
         raise StateConflict(f"A run cannot finish as {status}.")
+    reported = sorted(set(tools_called)) if tools_called is not None else None
+    now = timezone.now()
     with transaction.atomic():
         run = _lock_running_run(run.pk, run.principal)
-        before = run.status
-        run.status = status
-        run.error_message = error_message
-        run.tools_reported = sorted(set(tools_called)) if tools_called is not None else None
-        run.finished_at = run.heartbeat_at = timezone.now()
-        run.save(
-            update_fields=[
-                "status",
-                "error_message",
-                "tools_reported",
-                "finished_at",
-                "heartbeat_at",
-            ]
-        )
-        audit(
+        run_move(
+            run,
+            status,
             actor=actor,
-            verb=f"run.{status}",
-            obj=run,
-            before={"status": before},
-            after={"status": status, "tools_called": run.tools_reported},
             reason=error_message,
+            after={"tools_called": reported},
+            error_message=error_message,
+            tools_reported=reported,
+            finished_at=now,
+            heartbeat_at=now,
         )
     return run
 
@@ -440,7 +502,7 @@ def idempotency_conflict_record(
         )
         audit(
             actor=actor,
-            verb="idempotency.conflict",
+            verb=Verb.IDEMPOTENCY_CONFLICT,
             obj=conflict,
             tenant=run.tenant,
             after={"key": key, "existing_action": str(conflict.existing_action_id)},
@@ -586,7 +648,7 @@ def _create_action(
             ledger_reserve_audit(entry, actor=actor),
             {
                 "actor": actor,
-                "verb": "action.propose",
+                "verb": Verb.ACTION_PROPOSE,
                 "obj": action,
                 "reason": reason,
                 "after": {
@@ -599,7 +661,7 @@ def _create_action(
         ]
     )
     if state == S.BLOCKED:
-        ledger_set_status(entry.pk, LedgerStatus.VOID)
+        ledger_set_status(entry.pk, LedgerStatus.VOID, source=LedgerStatus.RESERVED)
     if state == S.QUEUED:
         enqueue_dispatch()
     return action
@@ -755,7 +817,7 @@ def action_acknowledge(action: Action, *, note: str = "", actor: Actor) -> Actio
             )
         audit(
             actor=actor,
-            verb="action.acknowledge",
+            verb=Verb.ACTION_ACKNOWLEDGE,
             obj=action,
             before={"state": S.BLOCKED, "acknowledged": False},
             after={"state": S.BLOCKED, "acknowledged": True},
@@ -794,7 +856,7 @@ def action_claim_for_operator(
                 }
             audit(
                 actor=actor,
-                verb="action.claim" if take_over_from is None else "action.claim_take_over",
+                verb=Verb.ACTION_CLAIM if take_over_from is None else "action.claim_take_over",
                 obj=action,
                 before=before,
                 after={"claimed_by": user.get_username()},
@@ -809,7 +871,7 @@ def action_release_claim(action: Action, *, user, actor: Actor) -> Action:
         ):
             audit(
                 actor=actor,
-                verb="action.release",
+                verb=Verb.ACTION_RELEASE,
                 obj=action,
                 before={"claimed_by": user.get_username()},
             )
@@ -846,16 +908,14 @@ def run_claim(*, principal, actor: Actor) -> Run | None:
         if run is None:
             return None
         now = timezone.now()
-        Run.objects.filter(pk=run.pk, status=RunStatus.PENDING).update(
-            status=RunStatus.RUNNING, started_at=now, heartbeat_at=now, attempts=run.attempts + 1
-        )
-        run.refresh_from_db()
-        audit(
+        run_move(
+            run,
+            RunStatus.RUNNING,
             actor=actor,
-            verb="run.claim",
-            obj=run,
-            before={"status": RunStatus.PENDING},
-            after={"status": RunStatus.RUNNING, "attempts": run.attempts},
+            after={"attempts": run.attempts + 1},
+            started_at=now,
+            heartbeat_at=now,
+            attempts=run.attempts + 1,
         )
     return run
 
@@ -873,29 +933,25 @@ def runs_reap_stale(*, actor: Actor, limit: int = 500) -> int:
     """
     now = timezone.now()
     cutoff = now - timedelta(seconds=settings.RUN_STALE_AFTER)
-    ids = list(
+    stale = list(
         Run.objects.filter(status=RunStatus.RUNNING, heartbeat_at__lt=cutoff).values_list(
-            "pk", flat=True
+            "pk", "tenant_id"
         )[:limit]
     )
     reaped = 0
     message = stale_message()
-    for run_id in ids:
+    for run_id, tenant_id in stale:
+        run = Run(pk=run_id, tenant_id=tenant_id, status=RunStatus.RUNNING)
         with transaction.atomic():
-            updated = Run.objects.filter(
-                pk=run_id, status=RunStatus.RUNNING, heartbeat_at__lt=cutoff
-            ).update(status=RunStatus.ERROR, error_message=message, finished_at=now)
-            if updated == 1:
-                run = Run.objects.get(pk=run_id)
-                audit(
-                    actor=actor,
-                    verb="run.error",
-                    obj=run,
-                    before={"status": RunStatus.RUNNING},
-                    after={"status": RunStatus.ERROR},
-                    reason=message,
-                )
-                reaped += 1
+            reaped += run_move(
+                run,
+                RunStatus.ERROR,
+                actor=actor,
+                reason=message,
+                where={"heartbeat_at__lt": cutoff},
+                error_message=message,
+                finished_at=now,
+            )
     return reaped
 
 
@@ -1082,7 +1138,7 @@ def run_replay(run: Run, *, force: bool, reason: str, actor: Actor) -> Run:
         )
         audit(
             actor=actor,
-            verb="run.replay",
+            verb=Verb.RUN_REPLAY,
             obj=new_run,
             after={"status": RunStatus.PENDING, "replay_of": str(run.pk), "forced": force},
             reason=reason,
@@ -1090,7 +1146,7 @@ def run_replay(run: Run, *, force: bool, reason: str, actor: Actor) -> Run:
         if force:
             audit(
                 actor=actor,
-                verb="force_replay",
+                verb=Verb.FORCE_REPLAY,
                 obj=run,
                 after={"new_run": str(new_run.pk), "tools_at_risk": verdict.tools_at_risk},
                 reason=reason,
@@ -1148,7 +1204,7 @@ def run_force_replay(run: Run, *, reason: str, actor: Actor):
             ) from exc
         audit(
             actor=actor,
-            verb="force_replay.request",
+            verb=Verb.FORCE_REPLAY_REQUEST,
             obj=run,
             after={"request": str(request.pk), "tools_at_risk": verdict.tools_at_risk},
             reason=reason,
@@ -1171,6 +1227,20 @@ def _lock_pending_force(request: ForceReplayRequest) -> ForceReplayRequest:
     return request
 
 
+def force_request_close(request: ForceReplayRequest, to: str, *, actor: Actor, **fields):
+    """pending → `to` (confirmed or rejected) on a request locked by `_lock_pending_force`:
+    the request's one guarded move (the table is `runs.states.FORCE_REQUEST`). The caller
+    audits the decision in the same transaction."""
+    FORCE_REQUEST.check(request.state, to)
+    request.state = to
+    request.decided_by = actor.as_dict()
+    request.decided_at = timezone.now()
+    for name, value in fields.items():
+        setattr(request, name, value)
+    request.save(update_fields=["state", "decided_by", "decided_at", *fields])
+    return request
+
+
 def force_replay_confirm(request: ForceReplayRequest, *, actor: Actor) -> Run:
     """A second admin confirms: the replay is created now, forced, in the requester's name
     and with their reason; the confirmation is audited in the confirmer's. The requester
@@ -1183,14 +1253,10 @@ def force_replay_confirm(request: ForceReplayRequest, *, actor: Actor) -> Run:
                 "You asked for this force replay; a different admin must confirm it (four eyes)."
             )
         new_run = run_replay(request.run, force=True, reason=request.reason, actor=requester)
-        request.state = ForceRequestState.CONFIRMED
-        request.decided_by = actor.as_dict()
-        request.decided_at = timezone.now()
-        request.new_run = new_run
-        request.save(update_fields=["state", "decided_by", "decided_at", "new_run"])
+        force_request_close(request, ForceRequestState.CONFIRMED, actor=actor, new_run=new_run)
         audit(
             actor=actor,
-            verb="force_replay.confirm",
+            verb=Verb.FORCE_REPLAY_CONFIRM,
             obj=request.run,
             before={"request": "pending"},
             after={
@@ -1208,14 +1274,12 @@ def force_replay_reject(request: ForceReplayRequest, *, reason: str, actor: Acto
     replayed."""
     with transaction.atomic():
         request = _lock_pending_force(request)
-        request.state = ForceRequestState.REJECTED
-        request.decided_by = actor.as_dict()
-        request.decided_at = timezone.now()
-        request.decision_reason = reason
-        request.save(update_fields=["state", "decided_by", "decided_at", "decision_reason"])
+        force_request_close(
+            request, ForceRequestState.REJECTED, actor=actor, decision_reason=reason
+        )
         audit(
             actor=actor,
-            verb="force_replay.reject",
+            verb=Verb.FORCE_REPLAY_REJECT,
             obj=request.run,
             before={"request": "pending"},
             after={"request": str(request.pk)},
