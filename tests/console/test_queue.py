@@ -124,7 +124,7 @@ def test_operator_in_two_tenants_can_see_both_queues_at_once(live_db, downstream
     other = make_world(downstream)
     theirs = make_awaiting(other)
     from core.services import operator_create
-    from tests.conftest import SETUP
+    from tests.builders import SETUP
 
     operator_create(
         tenant=other.tenant, username=world.oncall.username, role="approver", actor=SETUP

@@ -5,8 +5,7 @@ import pytest
 from django.db import DatabaseError, connections, transaction
 
 from core.models import AuditEvent
-
-from ..conftest import SETUP
+from tests.builders import SETUP
 
 ROUTES = [
     # pgtrigger's own escape hatch: a session variable any role may set (the real trigger

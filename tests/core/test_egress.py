@@ -11,8 +11,9 @@ from core import egress
 from core.models import AuditEvent, Tool
 from core.services import tool_update
 from runs.models import Action
+from tests.builders import SETUP
 
-from ..conftest import SETUP, problem, start_downstream
+from ..conftest import problem, start_downstream
 
 
 def register(world, base_url, name=None):

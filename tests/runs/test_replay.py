@@ -16,8 +16,9 @@ from core.models import AuditEvent
 from runs import dispatch
 from runs.models import Run
 from runs.services import runs_reap_stale
+from tests.builders import SETUP
 
-from ..conftest import SETUP, problem
+from ..conftest import problem
 
 
 @pytest.fixture
