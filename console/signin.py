@@ -27,7 +27,8 @@ from django.dispatch import receiver
 from django.shortcuts import render
 from django.urls import reverse
 
-from . import selectors as sel
+from core.access import console_viewer
+
 from .timezones import remember_on_sign_in
 
 _slots = threading.BoundedSemaphore(getattr(settings, "SIGNIN_CONCURRENCY", 1))
@@ -83,7 +84,7 @@ class LoginView(auth_views.LoginView):
 
     def get_default_redirect_url(self):
         """Approvers who are not on-call land on Approvals, the page they can act on."""
-        scope = sel.scope_for(self.request.user, self.request.session)
+        scope = console_viewer(self.request.user, self.request.session)
         if scope and scope.is_approver and not scope.is_oncall:
             return reverse("console:approvals")
         return super().get_default_redirect_url()

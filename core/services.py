@@ -24,6 +24,7 @@ def tenant_create(*, slug: str, name: str = "", actor: Actor) -> Tenant:
 
 def principal_create(*, tenant: Tenant, name: str, actor: Actor) -> tuple[Principal, str]:
     """Create an agent identity and its first token; the raw token is returned only here."""
+    actor.require(Role.ADMIN)
     with transaction.atomic():
         if Principal.objects.filter(tenant=tenant, name=name).exists():
             raise StateConflict(f"Principal {name!r} already exists in {tenant.slug}.")
@@ -38,6 +39,7 @@ def operator_create(
 ):
     """Create (or extend) an operator: a membership in `tenant` with `role`, and a new
     API token. An existing user keeps their other memberships."""
+    actor.require(Role.ADMIN)
     if role not in Role.values:
         raise ValidationFailed(
             "Unknown role.", {"role": [f"Choose one of {', '.join(Role.values)}."]}
@@ -78,6 +80,7 @@ def tool_create(
 ) -> Tool:
     """Register a tool; its base_url must pass the egress policy (core/egress.py) or nothing is
     written (a 400 naming base_url)."""
+    actor.require(Role.ADMIN)
     validate_base_url(base_url)
     with transaction.atomic():
         if Tool.objects.filter(tenant=tenant, name=name).exists():
@@ -247,6 +250,7 @@ TOOL_EDITABLE = {"base_url", "effect", "requires_approval", "identity_fields", "
 def tool_update(tool: Tool, *, actor: Actor, reason: str = "", **changes) -> Tool:
     """Change a tool's settings. Actions already proposed keep the intent they were given;
     a changed base_url applies to dispatches from now on."""
+    actor.require(Role.ADMIN)
     if unknown := set(changes) - TOOL_EDITABLE:
         raise ValidationFailed("Not editable.", {name: ["Cannot be changed."] for name in unknown})
     if "base_url" in changes:
@@ -273,6 +277,7 @@ TENANT_SETTINGS = {"four_eyes_force_replay", "approval_sla_seconds"}
 
 def tenant_settings_update(tenant: Tenant, *, actor: Actor, **changes) -> Tenant:
     """Change a tenant's settings (admin). Audited with before and after."""
+    actor.require(Role.ADMIN)
     if unknown := set(changes) - TENANT_SETTINGS:
         raise ValidationFailed("Not a setting.", {name: ["Unknown setting."] for name in unknown})
     with transaction.atomic():

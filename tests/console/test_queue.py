@@ -14,7 +14,7 @@ from django.utils import timezone
 from console import selectors as sel
 from runs import services
 from runs.models import Action
-from tests.conftest import make_world
+from tests.builders import make_world
 from tests.console.conftest import (
     make_awaiting,
     make_needs_human,

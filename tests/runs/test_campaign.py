@@ -14,7 +14,8 @@ from django.utils import timezone
 
 from runs.models import Action
 from runs.services import runs_reap_stale
-from tests.builders import SETUP
+
+from ..builders import SETUP
 
 pytestmark = pytest.mark.worker
 

@@ -111,7 +111,8 @@ def test_approval_for_another_principal_or_target_is_a_mismatch(w, field):
     t, desired = target(), {"status": "refunded"}
     if field == "principal":
         from core.services import principal_create
-        from tests.builders import SETUP
+
+        from ..builders import SETUP
 
         principal_create(tenant=w.tenant, name="someone-else", actor=SETUP)
         approval = grant(w, target=t, desired_state=desired, principal="someone-else")

@@ -16,8 +16,8 @@ from core.models import AuditEvent
 from runs import dispatch
 from runs.models import Run
 from runs.services import runs_reap_stale
-from tests.builders import SETUP
 
+from ..builders import SETUP
 from ..conftest import problem
 
 
