@@ -229,7 +229,8 @@ class AuditEventOut(f.Serializer):
 class ToolOut(f.Serializer):
     id = f.UUIDField()
     name = f.CharField()
-    base_url = f.URLField()
+    # Operators only: a principal is not told where a tool lives.
+    base_url = f.URLField(required=False)
     effect = f.ChoiceField(choices=["read_only", "idempotent", "unsafe"])
     requires_approval = f.BooleanField()
     identity_fields = f.ListField(child=f.CharField())

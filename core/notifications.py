@@ -342,16 +342,28 @@ def _clean_events(events, kind: str) -> list[str]:
 
 
 def validate_url(url: str) -> str:
-    """A webhook URL: absolute http or https, a host, no user-info or fragment."""
+    """A webhook URL: absolute http or https, a host, no user-info or fragment, and a
+    destination the egress policy allows (TOOL_URL_ALLOWLIST, core/egress.py), like a tool's:
+    a webhook is a request Takeover sends wherever an admin says, so the same rules hold.
+    The address is checked again at every connection (`http_client`)."""
+    from . import egress
+
     try:
         parts = urlsplit(url)
-        parts.port  # noqa: B018 -- raises on a malformed port
+        port = parts.port
     except ValueError as exc:
         raise ValidationFailed("Not a valid URL.", {"url": [f"{exc}."]}) from exc
     if parts.scheme not in {"http", "https"} or not parts.hostname:
         raise ValidationFailed("Not a valid URL.", {"url": ["An absolute http or https URL."]})
-    if "@" in parts.netloc or parts.fragment:
-        raise ValidationFailed("Not a valid URL.", {"url": ["No user:password@ and no #fragment."]})
+    if "@" in parts.netloc or parts.fragment or any(ord(c) < 0x21 for c in url):
+        raise ValidationFailed(
+            "Not a valid URL.", {"url": ["No user:password@, no #fragment, no spaces."]}
+        )
+    try:
+        egress.check_destination(parts.hostname, port or (443 if parts.scheme == "https" else 80))
+    except ValidationFailed as exc:
+        said = [e for errors in exc.extra.get("errors", {}).values() for e in errors]
+        raise ValidationFailed("The webhook URL is not allowed.", {"url": said}) from exc
     return url
 
 
@@ -636,16 +648,17 @@ _http_pid: int | None = None
 
 
 def http_client() -> httpx.Client:
-    """No proxy from the environment, no redirects (a 3xx is the receiver's answer, never a
-    way to send us elsewhere), no keep-alive. Thread-safe; one per process (a forked child
-    builds its own)."""
+    """The egress policy's client (core/egress.py): only allowed destinations, the resolved
+    address checked at every connection (no DNS rebinding), no proxy from the environment,
+    no redirects (a 3xx is the receiver's answer, never a way to send us elsewhere), no
+    keep-alive. Thread-safe; one per process (a forked child builds its own)."""
     global _http, _http_pid
     if _http is None or _http_pid != os.getpid():
+        from .egress import egress_client
+
         _http_pid = os.getpid()
-        _http = httpx.Client(
-            trust_env=False,
-            follow_redirects=False,
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=0),
+        _http = egress_client(
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=0)
         )
     return _http
 
@@ -667,7 +680,10 @@ def _post(channel: NotificationChannel, delivery, body: dict) -> Sent:
             channel.url, content=raw, headers=headers, timeout=settings.NOTIFY_TIMEOUT_SECONDS
         )
     except httpx.HTTPError as exc:
-        return Sent(False, detail=f"{type(exc).__name__}: {exc}"[:300])
+        # The egress policy refused the destination at connect time: no retry will change
+        # that (the deployer's TOOL_URL_ALLOWLIST does), so it is given up at once.
+        refused = "egress refused" in str(exc)
+        return Sent(False, detail=f"{type(exc).__name__}: {exc}"[:300], give_up=refused)
     ok = 200 <= response.status_code < 300
     return Sent(ok, response.status_code, response.text[:300])
 

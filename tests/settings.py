@@ -29,6 +29,9 @@ os.environ.setdefault("NOTIFY_TIMEOUT_SECONDS", "2")
 os.environ.setdefault("NOTIFY_LEASE_GRACE_SECONDS", "3")
 os.environ.setdefault("EMAIL_BACKEND", "django.core.mail.backends.filebased.EmailBackend")
 os.environ.setdefault("EMAIL_FILE_PATH", tempfile.mkdtemp(prefix="takeover-test-mail-"))
+# Narrower than the default (all of 127.0.0.0/8): the egress tests serve a tool on 127.0.0.2,
+# which the workers must then refuse (tests/core/test_egress.py).
+os.environ.setdefault("TOOL_URL_ALLOWLIST", "localhost,127.0.0.1/32,::1")
 
 # The tests are an entry point of their own: start the embedded PostgreSQL (when DATABASE_URL
 # is unset) before the project's settings read its URL.

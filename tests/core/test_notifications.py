@@ -330,3 +330,35 @@ def test_a_delivery_whose_worker_died_is_sent_after_its_lease(
     assert got.at - claimed_at >= n.lease().total_seconds() - 1  # not before the lease ran out
     (delivery,) = wait_delivery(hook, "delivered")
     assert delivery.attempts == 1
+
+
+def test_webhooks_go_only_where_the_egress_policy_allows(live_db, downstream, receiver, settings):
+    from core.errors import ValidationFailed
+
+    world = make_world(downstream)
+    # Registration: outside TOOL_URL_ALLOWLIST (the tests allow 127.0.0.1 only), or cloud
+    # metadata, is refused, naming the field.
+    for url in ("http://127.0.0.2:9/hook", "http://169.254.169.254/latest", "ftp://127.0.0.1/"):
+        with pytest.raises(ValidationFailed) as refused:
+            n.channel_create(
+                tenant=world.tenant,
+                name=f"bad {url}",
+                kind="webhook",
+                url=url,
+                events=["approval.requested"],
+                actor=SETUP,
+            )
+        assert "url" in refused.value.extra["errors"], url
+    # Connect time: a destination allowed when the channel was added and refused now (the
+    # deployer narrowed the allowlist) is given up at once, never sent.
+    rec = receiver()
+    hook = channel(world, rec, ["approval.requested"])
+    with transaction.atomic():  # claimed here, so that the shared worker never sees it due
+        make_awaiting(world)
+        delivery = NotificationDelivery.objects.get(channel=hook)
+        assert n.claim_deliveries(10, only=[delivery.pk]) == [delivery.pk]
+    settings.TOOL_URL_ALLOWLIST = "tools.example.com"
+    assert n.deliver_claimed(delivery.pk) == "failed"
+    delivery.refresh_from_db()
+    assert delivery.attempts == 1 and "egress refused" in delivery.last_error
+    assert rec.received == []
