@@ -5,6 +5,7 @@ The dispatch path (claim → HTTP → settle) and reconciliation live in `runs/d
 """
 
 import hashlib
+import json
 import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -26,6 +27,7 @@ from core.errors import (
     StaleRead,
     StateConflict,
 )
+from core.models import Tool, ToolEffect
 from ledger.models import LedgerStatus
 from ledger.services import (
     ledger_live_entry,
@@ -35,9 +37,17 @@ from ledger.services import (
     ledger_set_status_many,
 )
 
-from .models import Action, ForceReplayRequest, ForceRequestState, Replay, Run
+from .models import Action, Attempt, ForceReplayRequest, ForceRequestState, Replay, Run
 from .notify import CHANNEL, notify_settled
-from .states import IN_PROGRESS, BlockReason, Resolution, RunStatus, check_move
+from .states import (
+    IN_PROGRESS,
+    AttemptKind,
+    BlockReason,
+    Resolution,
+    RunStatus,
+    check_declared_move,
+    check_move,
+)
 from .states import ActionState as S
 from .wakeup import wake_workers
 
@@ -91,7 +101,8 @@ def action_move(action: Action, to: str, *, actor: Actor, reason: str = "", **fi
         after=_after(to, fields),
         reason=reason,
     )
-    ledger_set_status(action.ledger_entry_id, LEDGER_STATUS_FOR[to])
+    if action.ledger_entry_id is not None:  # a read_only tool's action has no ledger entry
+        ledger_set_status(action.ledger_entry_id, LEDGER_STATUS_FOR[to])
     if to not in IN_PROGRESS:
         notify_settled([action.pk])
     return True
@@ -242,7 +253,9 @@ def actions_move_batch(
             for a in moved
         ]
     )
-    ledger_set_status_many([a.ledger_entry_id for a in moved], LEDGER_STATUS_FOR[to])
+    ledger_set_status_many(
+        [a.ledger_entry_id for a in moved if a.ledger_entry_id is not None], LEDGER_STATUS_FOR[to]
+    )
     if to not in IN_PROGRESS:
         notify_settled([a.pk for a in moved])
     return moved
@@ -474,6 +487,20 @@ def _action_propose(
         "expected_version": expected_version,
     }
     intent_fp = intent_fingerprint(**intent)
+    if tool.effect == ToolEffect.READ_ONLY:
+        return (
+            _read_action_create(
+                run=run,
+                fingerprint=intent_fp,
+                key=idempotency_key,
+                approval_id=approval_id,
+                reason=reason,
+                actor=actor,
+                **intent,
+            ),
+            True,
+            False,
+        )
     if known is not None and known.action is not None:
         return _ledger_hit(known.fingerprint, known.action, intent_fp, desired_state)
     if known is None and (entry := ledger_live_entry(tenant, idempotency_key)) is not None:
@@ -503,6 +530,79 @@ def _action_propose(
             **intent,
         )
     return action, True, False
+
+
+def _read_action_create(
+    *,
+    run,
+    principal,
+    tool,
+    target,
+    desired_state,
+    expected_version,
+    fingerprint,
+    key: str | None,
+    approval_id,
+    reason: str,
+    actor: Actor,
+) -> Action:
+    """A read_only tool's action (issue 13): no approval and no ledger key space.
+
+    A read has no side effect, so there is nothing to approve and nothing to apply at most
+    once: no ledger entry is reserved, the key (when the runtime sends one) neither collides
+    with a side effect's key nor makes a repeat a ledger hit (each proposal is a new read),
+    and without one the action is keyed `read:<action id>`, which the tool receives as its
+    Idempotency-Key. An `approval_id` the runtime presents anyway is still checked, and
+    consumed at claim, as for any action.
+    """
+    binding = {
+        "principal": principal,
+        "tool": tool,
+        "target": target,
+        "desired_state": desired_state,
+        "expected_version": expected_version,
+    }
+    action_id = uuid.uuid4()
+    state, block_reason = S.QUEUED, ""
+    if approval_id is not None:
+        approval = Approval.objects.filter(pk=approval_id, tenant=run.tenant).first()
+        if problem := approvals.approval_problem(approval, **binding):
+            state, block_reason = S.BLOCKED, problem
+    with transaction.atomic():
+        action = Action.objects.create(
+            id=action_id,
+            tenant=run.tenant,
+            run=run,
+            idempotency_key=key or f"read:{action_id}",
+            fingerprint=fingerprint,
+            ledger_entry=None,
+            effect=ToolEffect.READ_ONLY,
+            state=state,
+            block_reason=block_reason,
+            approval_id=approval_id,
+            enqueued_at=timezone.now() if state == S.QUEUED else None,
+            request_id=request_id_var.get(),
+            reason=reason,
+            **binding,
+        )
+        audit(
+            actor=actor,
+            verb="action.propose",
+            obj=action,
+            reason=reason,
+            after={
+                "state": state,
+                "block_reason": block_reason or None,
+                "idempotency_key": action.idempotency_key,
+                "approval_id": str(approval_id) if approval_id else None,
+                "effect": ToolEffect.READ_ONLY,
+                "ledger": None,
+                "declaration": tool.declaration,
+            },
+        )
+        if state == S.QUEUED:
+            enqueue_dispatch()
+    return action
 
 
 def _action_of(entry) -> Action:
@@ -556,6 +656,7 @@ def _create_action(
         idempotency_key=entry.key,
         fingerprint=entry.fingerprint,
         ledger_entry=entry,
+        effect=tool.effect,
         state=state,
         block_reason=block_reason,
         approval_id=approval_id,
@@ -815,6 +916,88 @@ def lease_for(tool) -> timedelta:
         + settings.DISPATCH_LEASE_GRACE_SECONDS
     )
     return timedelta(seconds=seconds)
+
+
+def resend_lease_for(tool) -> timedelta:
+    """A resend is one attempt (no safe retry inside it), plus grace."""
+    return timedelta(seconds=tool.timeout_seconds + settings.DISPATCH_LEASE_GRACE_SECONDS)
+
+
+LOCK_DECLARATION = """
+SELECT effect, lookup, declared_by, declared_at FROM core_tool WHERE id = %s FOR SHARE
+"""
+
+
+def action_resend_start(action: Action, *, actor: Actor):
+    """unknown → dispatching again, as a new attempt of the same action under the same
+    Idempotency-Key, when the tool's declaration allows it (`states.DECLARED_MOVES`: an
+    `idempotent` tool applies a key at most once; a `read_only` one has no effect to apply).
+    Returns the new attempt, opened and committed before the call (invariant 1), or None
+    when the action is no longer unknown or the declaration no longer allows it.
+
+    The declaration is read under FOR SHARE in this transaction, so an admin's change
+    (`tool_declare` locks the row) is either seen here or waits for this claim: the copy
+    kept on the attempt and in the audit event is the one that allowed the resend.
+    """
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(LOCK_DECLARATION, [action.tool_id])
+            effect, lookup, declared_by, declared_at = cursor.fetchone()
+        if isinstance(declared_by, str):  # jsonb comes back as text to raw cursors
+            declared_by = json.loads(declared_by)
+        declaration = {
+            "effect": effect,
+            "lookup": lookup,
+            "declared_by": declared_by,
+            "declared_at": declared_at.isoformat() if declared_at else None,
+        }
+        try:
+            check_declared_move(S.UNKNOWN, S.DISPATCHING, effect=effect)
+        except StateConflict:
+            return None  # re-declared unsafe since the decision to resend: never re-sent
+        now = timezone.now()
+        updated = Action.objects.filter(pk=action.pk, state=S.UNKNOWN).update(
+            state=S.DISPATCHING,
+            updated_at=now,
+            lease_expires_at=now + resend_lease_for(action.tool),
+            next_reconcile_at=None,
+        )
+        if updated != 1:
+            return None  # settled, resolved or resent by someone else meanwhile
+        last = Attempt.objects.filter(action_id=action.pk).order_by("-number").first()
+        attempt = Attempt.objects.create(
+            action_id=action.pk,
+            number=(last.number if last else 0) + 1,
+            started_at=now,
+            kind=AttemptKind.RESEND,
+            declaration=declaration,
+        )
+        action.state, action.updated_at, action.next_reconcile_at = S.DISPATCHING, now, None
+        why = {
+            "idempotent": "it declares that it applies one Idempotency-Key at most once and "
+            "answers a repeat with the first result",
+            "read_only": "it declares it has no side effect",
+        }[effect]
+        who = declared_by or {}
+        audit(
+            actor=actor,
+            verb=f"action.{S.DISPATCHING}",
+            obj=action,
+            before={"state": S.UNKNOWN},
+            after={
+                "state": S.DISPATCHING,
+                "attempt": attempt.number,
+                "kind": AttemptKind.RESEND,
+                "idempotency_key": action.idempotency_key,
+                "declaration": declaration,
+            },
+            reason=f"resent with the same Idempotency-Key: {action.tool.name} is declared "
+            f"{effect} ({why}; declared by {who.get('kind', '?')}:{who.get('name', '?')})",
+            request_id=action.request_id or None,
+        )
+        if action.ledger_entry_id is not None:
+            ledger_set_status(action.ledger_entry_id, LEDGER_STATUS_FOR[S.DISPATCHING])
+    return attempt
 
 
 # --- claiming, reaping and replaying runs ------------------------------------------------

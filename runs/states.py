@@ -35,6 +35,16 @@ TRANSITIONS: dict[str, set[str]] = {
     S.BLOCKED: set(),
 }
 
+# Moves that only a tool's declaration allows, each named by the declarations that allow
+# it. One: an `unknown` action is sent again (a new attempt, the same Idempotency-Key) to a
+# tool that declares it applies a key at most once (issue 13). Never to queued: a resend is
+# claimed from `unknown` like a reconciliation read, not put back in the queue, and an
+# `unsafe` tool is never re-sent past the boundary (invariant 2).
+DECLARED_MOVES: dict[tuple[str, str], set[str]] = {
+    (S.UNKNOWN, S.DISPATCHING): {"idempotent", "read_only"},
+}
+RESEND_EFFECTS = DECLARED_MOVES[(S.UNKNOWN, S.DISPATCHING)]
+
 TERMINAL = {s for s, nxt in TRANSITIONS.items() if not nxt}
 PAST_BOUNDARY = {S.DISPATCHING, S.UNKNOWN, S.NEEDS_HUMAN}
 OPEN_FOR_HUMANS = [S.UNKNOWN, S.NEEDS_HUMAN, S.BLOCKED, S.AWAITING_APPROVAL]
@@ -48,6 +58,10 @@ def _check_table():
     assert set(UNSETTLED) == set(ActionState.values) - TERMINAL
     for source in PAST_BOUNDARY:
         assert S.QUEUED not in TRANSITIONS[source], f"{source} must never go back to queued"
+    for (source, target), effects in DECLARED_MOVES.items():
+        assert target != S.QUEUED, "a declaration never puts an action back in the queue"
+        assert target not in TRANSITIONS[source], "a declared move is not an ordinary one"
+        assert "unsafe" not in effects, "an unsafe tool is never re-sent past the boundary"
 
 
 _check_table()
@@ -56,6 +70,14 @@ _check_table()
 def check_move(source: str, target: str) -> None:
     if target not in TRANSITIONS.get(source, ()):
         raise IllegalTransition(f"An action cannot move from {source} to {target}.")
+
+
+def check_declared_move(source: str, target: str, *, effect: str) -> None:
+    """A move of `DECLARED_MOVES`, allowed only by the declarations it names."""
+    if effect not in DECLARED_MOVES.get((source, target), ()):
+        raise IllegalTransition(
+            f"An action cannot move from {source} to {target} for a tool declared {effect}."
+        )
 
 
 class BlockReason(models.TextChoices):
@@ -87,12 +109,27 @@ class AttemptOutcome(models.TextChoices):
     UNKNOWN = "unknown"
 
 
+class AttemptKind(models.TextChoices):
+    SEND = "send"  # the first dispatch
+    SAFE_RETRY = "safe_retry"  # invariant 3: the previous attempt provably never left
+    RESEND = "resend"  # an unknown outcome sent again, allowed by the tool's declaration
+
+
 class Verdict(models.TextChoices):
     MATCH = "match"
     MISMATCH = "mismatch"
     MOVED_ON = "moved_on"
     READ_FAILED = "read_failed"
     MISSING = "missing"
+    # The tool's own answer to "did you apply key K?" (`lookup: true` tools, issue 13).
+    LOOKUP_APPLIED = "lookup_applied"
+    LOOKUP_NOT_FOUND = "lookup_not_found"  # it never received the key
+    LOOKUP_FAILED = "lookup_failed"  # anything else: it could not tell
+
+
+class ReadKind(models.TextChoices):
+    STATE = "state"  # GET {base_url}/state/{target}
+    LOOKUP = "lookup"  # GET {base_url}/effects/{key}
 
 
 class RunStatus(models.TextChoices):
