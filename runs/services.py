@@ -1082,6 +1082,9 @@ class ReplayVerdict:
     # Tools the run called whose every call an operator resolved as failed: not applied,
     # so not at risk (issue 12, "resolve feeds replay").
     not_applied: list[str] = field(default_factory=list)
+    # Tools the run called that their declarations make safe to repeat (issue 13): each
+    # `{"tool", "effect", "lookup", "declared_by", "declared_at", "why"}`.
+    safe_tools: list[dict] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return {
@@ -1091,7 +1094,52 @@ class ReplayVerdict:
             "message": self.message,
             "tools_at_risk": self.tools_at_risk,
             "not_applied": self.not_applied,
+            "safe_tools": self.safe_tools,
         }
+
+
+SAFE_BECAUSE = {
+    ToolEffect.READ_ONLY: "declared read_only: it has no side effect",
+    ToolEffect.IDEMPOTENT: "declared idempotent: it applies an Idempotency-Key at most once, "
+    "and every call of it by this run went through Takeover with a key",
+}
+
+
+def tools_safe_by_declaration(run: Run, executed: list[str], actions=None) -> list[dict]:
+    """The tools among `executed` that their declarations (as they stand now: a replay sends
+    now) make safe to call again, oldest name first.
+
+    - `read_only`: always; a read repeats nothing.
+    - `idempotent`: only if the gateway saw this run call it (its calls carried keys the
+      ledger holds). A tool the runtime reports but Takeover never saw was called with no
+      key we know of, so its dedupe protects nothing: it stays at risk. Keys being *stable*
+      across a replay (derived from the trigger, not the session) is the runtime's part
+      (README, "Idempotency keys").
+    - `unsafe`, and any name that is not a registered tool (undeclared means unsafe): never.
+    """
+    if actions is None:
+        actions = run.actions.filter(state__in=GATEWAY_CALLED).select_related("tool")
+    tools, keyed = {}, set()
+    for a in actions:
+        if a.state in GATEWAY_CALLED:
+            tools[a.tool.name] = a.tool
+            keyed.add(a.tool.name)
+    if missing := [name for name in executed if name not in tools]:
+        registered = Tool.objects.filter(tenant_id=run.tenant_id, name__in=missing)
+        tools.update({t.name: t for t in registered})
+    safe = []
+    for name in executed:
+        tool = tools.get(name)
+        if tool is None or tool.effect == ToolEffect.UNSAFE:
+            continue
+        if tool.effect == ToolEffect.IDEMPOTENT and name not in keyed:
+            continue
+        safe.append({"tool": name, **tool.declaration, "why": SAFE_BECAUSE[tool.effect]})
+    return safe
+
+
+def _safe_sentence(safe: list[dict]) -> str:
+    return "; ".join(f"{s['tool']} is {s['why']}" for s in safe)
 
 
 def tools_resolved_not_applied(run: Run, actions=None) -> list[str]:
@@ -1152,6 +1200,11 @@ def replay_verdict(run: Run, executed=..., actions=None) -> ReplayVerdict:
     cleared = []
     if executed:
         cleared = [t for t in tools_resolved_not_applied(run, actions) if t in executed]
+        safe = [
+            s for s in tools_safe_by_declaration(run, executed, actions) if s["tool"] not in cleared
+        ]
+        if safe:
+            return _verdict_with_declarations(run, executed, cleared, safe)
     if cleared:
         at_risk = [t for t in executed if t not in cleared]
         why = (
@@ -1196,6 +1249,54 @@ def replay_verdict(run: Run, executed=..., actions=None) -> ReplayVerdict:
     )
 
 
+def _verdict_with_declarations(run: Run, executed, cleared, safe) -> ReplayVerdict:
+    """The verdict when some called tools are safe by declaration: the refusal names only
+    the tools still at risk, and says which declarations made the others safe."""
+    safe_names = {s["tool"] for s in safe}
+    at_risk = [t for t in executed if t not in cleared and t not in safe_names]
+    notes = [f"Safe to repeat by declaration: {_safe_sentence(safe)}."]
+    if cleared:
+        notes.append(
+            f"An operator resolved every call of {', '.join(cleared)} by this run as failed: "
+            "not applied, so not at risk."
+        )
+    if at_risk:
+        return ReplayVerdict(
+            False,
+            True,
+            False,
+            f"Before failing, this run called {', '.join(at_risk)}. A replay may repeat them. "
+            f"An admin can force it with a reason. ({' '.join(notes)})",
+            at_risk,
+            cleared,
+            safe,
+        )
+    if run.tools_reported is None:
+        # Everything the gateway saw is safe, but the runtime could not say what else it
+        # called (outside Takeover): that stays unknown, so the replay needs force.
+        return ReplayVerdict(
+            False,
+            True,
+            False,
+            f"This run called {', '.join(executed)} through Takeover, all safe to repeat, but "
+            "whether it called any other tool could not be established; a replay may repeat "
+            f"side effects. An admin can force it with a reason. ({' '.join(notes)})",
+            None,
+            cleared,
+            safe,
+        )
+    return ReplayVerdict(
+        True,
+        True,
+        False,
+        f"This run called {', '.join(executed)}; none of it is at risk. {' '.join(notes)} "
+        "Safe to replay.",
+        [],
+        cleared,
+        safe,
+    )
+
+
 def run_replay(run: Run, *, force: bool, reason: str, actor: Actor) -> Run:
     """Create a new pending run with the same input; history is never rewritten.
 
@@ -1207,7 +1308,11 @@ def run_replay(run: Run, *, force: bool, reason: str, actor: Actor) -> Run:
         if verdict.gone:
             raise InputGone(verdict.message)
         if not verdict.allowed and not (force and verdict.forceable):
-            raise ReplayRefused(verdict.message, tools_at_risk=verdict.tools_at_risk)
+            raise ReplayRefused(
+                verdict.message,
+                tools_at_risk=verdict.tools_at_risk,
+                **({"safe_tools": verdict.safe_tools} if verdict.safe_tools else {}),
+            )
         now = timezone.now()
         new_run = Run.objects.create(
             tenant=run.tenant,
@@ -1230,15 +1335,13 @@ def run_replay(run: Run, *, force: bool, reason: str, actor: Actor) -> Run:
             forced=force,
             reason=reason,
             tools_at_risk=verdict.tools_at_risk,
+            safe_tools=verdict.safe_tools,
             at=now,
         )
-        audit(
-            actor=actor,
-            verb="run.replay",
-            obj=new_run,
-            after={"status": RunStatus.PENDING, "replay_of": str(run.pk), "forced": force},
-            reason=reason,
-        )
+        after = {"status": RunStatus.PENDING, "replay_of": str(run.pk), "forced": force}
+        if verdict.safe_tools:  # the declarations this decision relied on, as they were
+            after["safe_tools"] = verdict.safe_tools
+        audit(actor=actor, verb="run.replay", obj=new_run, after=after, reason=reason)
         if force:
             audit(
                 actor=actor,
@@ -1401,5 +1504,6 @@ def replay_record(run_or_record) -> dict:
         "forced": record.forced,
         "reason": record.reason,
         "tools_at_risk": record.tools_at_risk,
+        "safe_tools": record.safe_tools,
         "at": record.at.isoformat(),
     }
