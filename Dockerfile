@@ -15,7 +15,7 @@ FROM python:3.11-slim-bookworm AS runtime
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
-    DJANGO_SETTINGS_MODULE=console.settings \
+    DJANGO_SETTINGS_MODULE=takeover.settings \
     TAKEOVER_VAR_DIR=/var/lib/takeover \
     LOG_FORMAT=json \
     PORT=8000
@@ -31,4 +31,4 @@ EXPOSE 8000
 HEALTHCHECK --interval=15s --timeout=5s --start-period=20s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/readyz' % os.environ.get('PORT', '8000'), timeout=4)"]
 # --no-control-socket: gunicorn's default ~/.gunicorn/gunicorn.ctl is shared between stacks.
-CMD ["sh", "-c", "exec gunicorn console.wsgi -b 0.0.0.0:${PORT} -k gthread --threads 8 -w 2 --no-control-socket --access-logfile - --forwarded-allow-ips=${FORWARDED_ALLOW_IPS:-127.0.0.1}"]
+CMD ["sh", "-c", "exec gunicorn takeover.wsgi -b 0.0.0.0:${PORT} -k gthread --threads 8 -w 2 --no-control-socket --access-logfile - --forwarded-allow-ips=${FORWARDED_ALLOW_IPS:-127.0.0.1}"]

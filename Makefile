@@ -20,7 +20,7 @@ migrate: $(STAMP)
 	$(BIN)/python manage.py migrate --no-input
 
 run: $(STAMP)
-	$(BIN)/python -m console.launcher
+	$(BIN)/python -m takeover.launcher
 
 # The console's browser tests drive Debian's Chromium headless. Installed here when missing
 # (as root, with apt), so that `make test` needs nothing but Python and make.

@@ -4,7 +4,10 @@ import sys
 
 
 def main():
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "takeover.settings")
+    from takeover.embedded_db import prepare
+
+    prepare()
     from django.core.management import execute_from_command_line
 
     execute_from_command_line(sys.argv)

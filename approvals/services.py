@@ -1,7 +1,7 @@
 """Approval services. Each runs in (or opens) one transaction and audits its change.
 
 The consume step is a conditional UPDATE checked by row count, so twenty actions racing
-for one approval produce exactly one consumer (SPEC §3 invariant 7).
+for one approval produce exactly one consumer (docs/design.md, invariant 7).
 """
 
 from datetime import timedelta
@@ -15,7 +15,7 @@ from core.errors import StateConflict
 
 from .models import Approval, ApprovalRequest, ApprovalState, RequestState
 
-# blocked reasons (SPEC §3)
+# blocked reasons (docs/design.md, "The action lifecycle")
 APPROVAL_EXPIRED = "approval_expired"
 APPROVAL_CONSUMED = "approval_consumed"
 APPROVAL_MISMATCH = "approval_mismatch"

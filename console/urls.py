@@ -1,13 +1,56 @@
-from django.contrib import admin
-from django.urls import include, path
+"""The console's pages. Every mutation is a POST to a URL of its own."""
 
-from . import errors
+from django.contrib.auth import views as auth_views
+from django.urls import path
+
+from . import tokens, views
+
+app_name = "console"
 
 urlpatterns = [
-    path("api/v1/", include(("console.api.urls", "api"), namespace="api")),
-    path("admin/", admin.site.urls),
-    path("", include("console.ui_urls", namespace="console")),
+    path("", views.queue, name="queue"),
+    path("login/", views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("tenant/", views.switch_tenant, name="switch_tenant"),
+    path("search/", views.search, name="search"),
+    path("nav-counts/", views.nav_counts, name="nav_counts"),
+    path("preferences/", views.preferences, name="preferences"),
+    path("actions/", views.actions_list, name="actions"),
+    path("actions.csv", views.actions_csv, name="actions_csv"),
+    path("conflicts/", views.conflicts, name="conflicts"),
+    path("actions/<uuid:pk>/", views.action_detail, name="action"),
+    path("actions/<uuid:pk>/recheck/", views.action_recheck, name="action_recheck"),
+    path("actions/<uuid:pk>/claim/", views.action_claim, name="action_claim"),
+    path("actions/<uuid:pk>/release/", views.action_release, name="action_release"),
+    path("actions/<uuid:pk>/resolve/", views.action_resolve, name="action_resolve"),
+    path("actions/<uuid:pk>/acknowledge/", views.action_acknowledge, name="action_acknowledge"),
+    path("approvals/", views.approvals, name="approvals"),
+    path("approvals/<uuid:pk>/state/", views.approval_target_state, name="approval_state"),
+    path("approvals/<uuid:pk>/grant/", views.approval_grant, name="approval_grant"),
+    path("approvals/<uuid:pk>/deny/", views.approval_deny, name="approval_deny"),
+    path("runs/", views.runs, name="runs"),
+    path("runs/<uuid:pk>/", views.run_detail, name="run"),
+    path("runs/<uuid:pk>/replay/", views.run_replay, name="run_replay"),
+    path("runs/<uuid:pk>/force-replay/", views.run_force_replay, name="run_force_replay"),
+    path("replays/", views.replays, name="replays"),
+    path(
+        "force-replays/<uuid:pk>/confirm/",
+        views.force_request_decide,
+        {"decision": "confirm"},
+        name="force_confirm",
+    ),
+    path(
+        "force-replays/<uuid:pk>/reject/",
+        views.force_request_decide,
+        {"decision": "reject"},
+        name="force_reject",
+    ),
+    path("settings/", views.tenant_settings, name="tenant_settings"),
+    path("replays.csv", views.replays_csv, name="replays_csv"),
+    path("audit/", views.audit, name="audit"),
+    path("audit.csv", views.audit_csv, name="audit_csv"),
+    path("tokens/", tokens.tokens, name="tokens"),
+    path("tokens/issue/", tokens.token_issue_view, name="token_issue"),
+    path("tokens/<uuid:pk>/revoke/", tokens.token_revoke_view, name="token_revoke"),
+    path("tokens/<uuid:pk>/rotate/", tokens.token_rotate_view, name="token_rotate"),
 ]
-
-handler404 = errors.not_found
-handler500 = errors.server_error

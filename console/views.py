@@ -1,4 +1,5 @@
-"""The operator console (SPEC §8): server-rendered pages, HTMX for the live parts.
+"""The operator console (README, "The console, for people"): server-rendered pages, HTMX
+for the live parts.
 
 Shape of every view: a scope check at the top (signed in, member of a tenant, the role the
 page needs), a getter that 404s across tenants, a service call for any change (never a state

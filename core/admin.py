@@ -1,5 +1,5 @@
 """Django admin for raw records. Read-only on purpose: every change of state goes through a
-service that audits it (SPEC §3 invariant 8), and the admin would bypass that. The audit log
+service that audits it (docs/design.md, invariant 8), and the admin would bypass that. The audit log
 is append-only in the database as well (triggers refuse UPDATE, DELETE and TRUNCATE)."""
 
 from django.contrib import admin

@@ -1,7 +1,7 @@
 """Actors and the audit trail.
 
 Every service that changes state takes a keyword-only `actor` and calls `audit()` inside
-its own transaction (SPEC §3 invariant 8).
+its own transaction (docs/design.md, invariant 8).
 """
 
 import uuid

@@ -163,10 +163,10 @@ class Tool(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="tools")
     name = models.CharField(max_length=100)
     base_url = models.URLField(max_length=500)
-    # What the tool's owner declares it is (SPEC §6, optional capabilities). Claims, not
-    # facts: the engine relies on them (resends, lookups, replay verdicts), so changing one is
-    # an admin's audited act (`core.services.tool_declare`), and each decision that relied on
-    # one keeps a copy of it (`Tool.declaration`).
+    # What the tool's owner declares it is (README, "The tool protocol", optional
+    # capabilities). Claims, not facts: the engine relies on them (resends, lookups, replay
+    # verdicts), so changing one is an admin's audited act (`core.services.tool_declare`),
+    # and each decision that relied on one keeps a copy of it (`Tool.declaration`).
     effect = models.CharField(max_length=16, choices=ToolEffect.choices, default=ToolEffect.UNSAFE)
     lookup = models.BooleanField(default=False)  # answers GET {base_url}/effects/{key}
     declared_by = models.JSONField(null=True, blank=True)  # the actor of the last declaration

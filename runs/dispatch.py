@@ -1,4 +1,5 @@
-"""Dispatch over the tool protocol (SPEC §6), and reconciliation of unknown outcomes.
+"""Dispatch over the tool protocol, and reconciliation of unknown outcomes (docs/design.md,
+"The tool protocol", "Reconciliation").
 
 The database is the queue. A woken worker drains (`drain`): it claims due rows in batches
 and works them on a thread pool. The order of a dispatch, each step its own transaction:
@@ -182,7 +183,7 @@ def read_authoritative(action: Action) -> Read:
 
 
 def judge(action: Action, read: Read) -> tuple[str, list[dict]]:
-    """SPEC §3.5: compare every desired field, then the version."""
+    """docs/design.md, "Reconciliation": compare every desired field, then the version."""
     if read.verdict:
         return read.verdict, []
     diff = [

@@ -175,7 +175,7 @@ class Action(models.Model):
             ),
         ]
         indexes = [
-            # The open queue: what needs a person, oldest first (SPEC §8).
+            # The open queue: what needs a person, oldest first (README, "The console, for people").
             models.Index(
                 fields=["tenant", "created_at", "id"],
                 include=["state", "tool"],  # counts per state and tool filters, index-only

@@ -1,4 +1,4 @@
-"""Resource shapes of SPEC §7, as plain dicts. Fields may be added, never renamed."""
+"""The API's resource shapes, as plain dicts. Fields may be added, never renamed."""
 
 from .services import GATEWAY_CALLED, replay_verdict, tools_executed
 

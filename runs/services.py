@@ -369,7 +369,8 @@ GATEWAY_CALLED = [S.DISPATCHING, S.SUCCEEDED, S.FAILED, S.UNKNOWN, S.NEEDS_HUMAN
 
 
 def tools_executed(run: Run, gateway: set[str] | None = None) -> list[str] | None:
-    """SPEC §5's tri-state: the gateway's record ∪ the runtime's report; null stays null.
+    """tools_executed, the tri-state (docs/design.md, "Runs and replay"): the gateway's record
+    ∪ the runtime's report; null stays null.
 
     `gateway` may be passed in by callers that already loaded the run's actions.
     """
@@ -1147,7 +1148,7 @@ def tools_resolved_not_applied(run: Run, actions=None) -> list[str]:
     resolved as failed, i.e. not applied.
 
     Only the operator's resolution counts, not a 4xx or a version conflict: those are the
-    tool's word, and SPEC §5 counts calls. A tool the runtime reported but the gateway never
+    tool's word, and tools_executed counts calls. A tool the runtime reported but the gateway never
     saw is never cleared: nobody resolved anything about it.
     """
     if actions is None:
@@ -1165,8 +1166,8 @@ def tools_resolved_not_applied(run: Run, actions=None) -> list[str]:
 
 
 def replay_verdict(run: Run, executed=..., actions=None) -> ReplayVerdict:
-    """SPEC §5's table, in one place: the API answers with it and the console shows it
-    before anyone clicks.
+    """The replay table (docs/design.md, "Runs and replay"), in one place: the API answers with
+    it and the console shows it before anyone clicks.
 
     Resolve feeds replay: a tool whose every call an operator resolved as failed is not at
     risk. When that leaves nothing at risk, the replay is allowed without force, and the

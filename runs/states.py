@@ -1,4 +1,5 @@
-"""The action lifecycle (SPEC §3), declared once. Every move goes through `check_move`.
+"""The action lifecycle (docs/design.md, "The action lifecycle"), declared once. Every move
+goes through `check_move`.
 
 Nothing leads from dispatching, unknown or needs_human back to queued: past the dispatch
 boundary an action is never re-sent automatically (invariant 2). That property is checked

@@ -27,6 +27,8 @@ from core.audit import Actor
 from core.models import Role
 from core.services import operator_create, principal_create, tenant_create, tool_create
 
+from . import invariants
+
 ROOT = Path(__file__).resolve().parent.parent
 SETUP = Actor("system", "tests")
 
@@ -126,7 +128,7 @@ class Downstream:
 
 def start_downstream() -> Downstream:
     process = subprocess.Popen(
-        [sys.executable, str(ROOT / "console/demo/downstream.py"), "--port", "0", "--quiet"],
+        [sys.executable, str(ROOT / "demo/downstream.py"), "--port", "0", "--quiet"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -139,11 +141,19 @@ def start_downstream() -> Downstream:
 
 
 @pytest.fixture(scope="session")
-def downstream():
+def downstream(django_db_setup, django_db_blocker):
+    """The demo downstream, shared by the run. Its teardown, at the end of the run, checks
+    the global invariants over everything the suite did (tests/invariants.py): a breach
+    fails the run as an error at teardown, naming each breach."""
     ds = start_downstream()
     yield ds
-    ds.process.terminate()
-    ds.process.wait(10)
+    try:
+        with django_db_blocker.unblock():
+            found = invariants.breaches(ds)
+    finally:
+        ds.process.terminate()
+        ds.process.wait(10)
+    assert found == [], "global invariants broken:\n" + "\n".join(found)
 
 
 # --- Celery workers ------------------------------------------------------------------------
@@ -197,7 +207,7 @@ def start_worker(tmp_path_factory, *, beat=True, env=None) -> Worker:
         "-m",
         "celery",
         "-A",
-        "console",
+        "takeover",
         "worker",
         "-P",
         "threads",
@@ -222,7 +232,8 @@ def start_worker(tmp_path_factory, *, beat=True, env=None) -> Worker:
             "DATABASE_URL": database_url(),
             "DJANGO_SETTINGS_MODULE": "tests.settings",
             "WORKER_METRICS_PORT": str(metrics_port),
-            # As in production: one JSON object per log line (tests/ops/test_logs.py reads them).
+            # As in production: one JSON object per log line (tests/takeover/test_logs.py reads
+            # them).
             "LOG_FORMAT": "json",
             **(env or {}),
         },

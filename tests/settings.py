@@ -1,6 +1,6 @@
 """Test settings: the project's own, with a private broker directory and quicker clocks.
 
-Set through the environment (before console.settings is read), so that the Celery worker
+Set through the environment (before takeover.settings is read), so that the Celery worker
 processes the tests start inherit exactly the same configuration.
 """
 
@@ -23,6 +23,12 @@ os.environ.setdefault("METRICS_TOKEN", "test-metrics-token")
 # (its own test turns it on).
 os.environ.setdefault("CONSOLE_REREAD_AFTER_SECONDS", "3600")
 
-from console.settings import *  # noqa: F403
+# The tests are an entry point of their own: start the embedded PostgreSQL (when DATABASE_URL
+# is unset) before the project's settings read its URL.
+from takeover.embedded_db import prepare
+
+prepare()
+
+from takeover.settings import *  # noqa: E402, F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast sign-ins in tests

@@ -1,4 +1,5 @@
-"""RFC 9457 problem+json for every API error, and the 503/500 rules of SPEC §7."""
+"""RFC 9457 problem+json for every API error, and the 503/500 rules (docs/design.md, "The
+API's conventions")."""
 
 import logging
 import uuid

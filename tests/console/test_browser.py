@@ -1,4 +1,4 @@
-"""The console in headless Chromium: the journeys of SPEC §8, end to end, against the live
+"""The console in headless Chromium: the operators' journeys, end to end, against the live
 server, the engine's own services and the demo downstream over HTTP; and axe-core on every
 main page.
 
@@ -52,11 +52,12 @@ def test_approver_grants_a_pending_request_and_the_action_succeeds(
     expect(page.locator(f"#row-{action.pk}")).to_have_count(0)  # it left the queue
 
     page.goto(console_server(f"/actions/{action.pk}/"))
-    expect(page.locator("#action-state")).to_have_text("queued")
-    # What a worker does with the message the grant enqueued, done here through the same
-    # service (claim, consume the approval, call the tool, settle): the suite's shared Celery
-    # worker is not needed for this, and the open page must follow it live, without a reload.
-    dispatch.action_dispatch(action.pk)
+    # Queued, unless the suite's shared Celery worker (started by an earlier test, or not)
+    # took it already. What a worker does with the wake-up the grant sent is done here
+    # through the same service (claim, consume the approval, call the tool, settle) when no
+    # worker did; either way the open page must follow it live, without a reload.
+    expect(page.locator("#action-state")).to_have_text(re.compile("queued|dispatching|succeeded"))
+    dispatch.action_dispatch(action.pk)  # a no-op when a worker claimed it first
     expect(page.locator("#action-state")).to_have_text("succeeded", timeout=10_000)
     expect(page.locator("#action-live")).to_contain_text("Approval consumed")
     assert Action.objects.get(pk=action.pk).state == "succeeded"

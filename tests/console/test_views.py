@@ -515,7 +515,7 @@ def test_the_500_page_is_styled_names_the_error_id_and_touches_no_database(rf, l
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from console.errors import server_error
+    from takeover.errors import server_error
 
     request = rf.get("/somewhere/")
     with CaptureQueriesContext(connection) as queries:

@@ -1,5 +1,6 @@
-"""The campaign of SPEC §5: a run dies after 40 of 100 e-mails; a forced replay with the
-same stable keys sends exactly the other 60, and nobody gets two."""
+"""The 40/60 campaign (docs/design.md, "Runs and replay"): a run dies after 40 of 100
+e-mails; a forced replay with the same stable keys sends exactly the other 60, and nobody
+gets two."""
 
 import subprocess
 import sys

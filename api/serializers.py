@@ -1,0 +1,190 @@
+"""Input validation for API v1 (strict JSON types; errors name the field)."""
+
+from rest_framework import serializers
+
+from core.api.fields import (
+    JSONObjectField,
+    StrictBooleanField,
+    StrictCharField,
+    StrictFloatField,
+    StrictIntegerField,
+    StringListField,
+)
+from core.models import Role, ToolEffect
+from runs.states import RunStatus, Trigger
+
+MAX_TTL_SECONDS = 30 * 24 * 3600
+
+
+class RunStartIn(serializers.Serializer):
+    trigger = serializers.ChoiceField(choices=Trigger.choices)
+    config = JSONObjectField(required=False, default=dict)
+    session_id = StrictCharField(required=False, max_length=255, allow_blank=False)
+    input_file = serializers.FileField(required=False)
+
+
+class RunFinishIn(serializers.Serializer):
+    status = serializers.ChoiceField(
+        choices=[RunStatus.SUCCESS, RunStatus.ERROR, RunStatus.CANCELLED]
+    )
+    error_message = StrictCharField(required=False, allow_blank=True, default="", max_length=10000)
+    tools_called = StringListField(required=False, allow_null=True, default=None)
+
+
+class ActionProposeIn(serializers.Serializer):
+    tool = StrictCharField(max_length=100)
+    target = StrictCharField(max_length=500)
+    desired_state = JSONObjectField()
+    expected_version = StrictIntegerField(required=False, allow_null=True, default=None)
+    approval_id = serializers.UUIDField(required=False, allow_null=True, default=None)
+    reason = StrictCharField(
+        required=False,
+        allow_null=True,
+        allow_blank=True,
+        default="",
+        max_length=2000,
+        help_text="The agent's own words for why (shown to approvers); not part of the intent.",
+    )
+
+
+class ResolveIn(serializers.Serializer):
+    outcome = serializers.ChoiceField(choices=["succeeded", "failed"])
+    reason = StrictCharField(max_length=5000)
+    based_on_read = StrictIntegerField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="The id of the reconciliation read the decision was made on; refused (409) "
+        "unless it is the latest read. Without it, the latest read must be fresh.",
+    )
+
+
+class NoteIn(serializers.Serializer):
+    reason = StrictCharField(required=False, allow_blank=True, default="", max_length=5000)
+
+
+class TenantSettingsIn(serializers.Serializer):
+    four_eyes_force_replay = StrictBooleanField(
+        required=False, help_text="A force replay waits until a different admin confirms it."
+    )
+    approval_sla_seconds = StrictIntegerField(
+        required=False,
+        min_value=0,
+        max_value=MAX_TTL_SECONDS,
+        help_text="Pending approval requests older than this are highlighted (0: off).",
+    )
+
+
+class AcknowledgeIn(serializers.Serializer):
+    note = StrictCharField(required=False, allow_blank=True, default="", max_length=5000)
+
+
+class ReasonIn(serializers.Serializer):
+    reason = StrictCharField(max_length=5000)
+
+
+class GrantIn(serializers.Serializer):
+    ttl_seconds = StrictFloatField(
+        min_value=1, max_value=MAX_TTL_SECONDS, required=False, default=3600
+    )
+
+
+class ApprovalIn(serializers.Serializer):
+    principal = StrictCharField(max_length=100)
+    tool = StrictCharField(max_length=100)
+    target = StrictCharField(max_length=500)
+    desired_state = JSONObjectField()
+    expected_version = StrictIntegerField(required=False, allow_null=True, default=None)
+    ttl_seconds = StrictFloatField(
+        min_value=1, max_value=MAX_TTL_SECONDS, required=False, default=3600
+    )
+
+
+class ReplayIn(serializers.Serializer):
+    force = StrictBooleanField(required=False, default=False)
+    reason = StrictCharField(required=False, allow_blank=True, default="", max_length=5000)
+
+
+class ToolIn(serializers.Serializer):
+    name = serializers.RegexField(r"^[A-Za-z0-9_.-]{1,100}$")
+    base_url = serializers.URLField(max_length=500)
+    effect = serializers.ChoiceField(
+        choices=ToolEffect.choices,
+        required=False,
+        default="unsafe",
+        help_text="What the tool is: `read_only`, `idempotent` or `unsafe`.",
+    )
+    lookup = StrictBooleanField(
+        required=False,
+        default=False,
+        help_text="The tool answers GET {base_url}/effects/{key} (200 applied, 404 never seen).",
+    )
+    requires_approval = StrictBooleanField(required=False, default=False)
+    identity_fields = StringListField(required=False, default=list)
+    timeout_seconds = StrictFloatField(min_value=0.1, max_value=300, required=False, default=10)
+
+
+class ToolDeclareIn(serializers.Serializer):
+    """Change a tool's declarations: name at least one of `effect` and `lookup`."""
+
+    effect = serializers.ChoiceField(choices=ToolEffect.choices, required=False)
+    lookup = StrictBooleanField(required=False)
+    reason = StrictCharField(max_length=5000, help_text="Why the claim changed (audited).")
+
+    def validate(self, data):
+        if "effect" not in data and "lookup" not in data:
+            raise serializers.ValidationError(
+                {"effect": ["Name at least one of effect and lookup."]}
+            )
+        return data
+
+
+class PrincipalIn(serializers.Serializer):
+    name = serializers.RegexField(r"^[A-Za-z0-9_.-]{1,100}$")
+
+
+class OperatorRoleIn(serializers.Serializer):
+    role = serializers.ChoiceField(choices=Role.choices)
+
+
+MAX_TOKEN_LIFETIME_SECONDS = 5 * 365 * 24 * 3600
+
+
+class TokenIn(serializers.Serializer):
+    """Exactly one owner: `principal` (a name in this tenant) or `operator` (a username)."""
+
+    principal = StrictCharField(required=False, max_length=100)
+    operator = StrictCharField(required=False, max_length=150)
+    name = StrictCharField(required=False, allow_blank=True, default="", max_length=100)
+    expires_in_seconds = StrictFloatField(
+        required=False,
+        allow_null=True,
+        default=None,
+        min_value=60,
+        max_value=MAX_TOKEN_LIFETIME_SECONDS,
+    )
+
+    def validate(self, data):
+        if bool(data.get("principal")) == bool(data.get("operator")):
+            raise serializers.ValidationError(
+                {"principal": ["Name exactly one owner: principal or operator."]}
+            )
+        return data
+
+
+class TokenRotateIn(serializers.Serializer):
+    expires_in_seconds = StrictFloatField(
+        required=False,
+        allow_null=True,
+        default=None,
+        min_value=60,
+        max_value=MAX_TOKEN_LIFETIME_SECONDS,
+    )
+    overlap_seconds = StrictFloatField(
+        required=False, default=0, min_value=0, max_value=7 * 24 * 3600
+    )
+    reason = StrictCharField(required=False, allow_blank=True, default="", max_length=5000)
+
+
+class OptionalReasonIn(serializers.Serializer):
+    reason = StrictCharField(required=False, allow_blank=True, default="", max_length=5000)

@@ -1,0 +1,1114 @@
+"""HTTP API v1 (docs/design.md, "The API's conventions"). Thin: validate, find the object
+in the caller's scope, call a service, present the result. Another tenant's object is always
+a 404."""
+
+import json
+import re
+import time
+from datetime import timedelta
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db.models import Prefetch, Q
+from django.http import Http404
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework.decorators import api_view, parser_classes
+from rest_framework.parsers import JSONParser, MultiPartParser
+from rest_framework.response import Response
+
+from approvals import services as approvals
+from approvals.models import Approval, ApprovalRequest, RequestState
+from core.api.pagination import keyset_page
+from core.api.permissions import require_operator, require_principal
+from core.api.problems import problem
+from core.errors import StateConflict, ValidationFailed
+from core.models import AuditEvent, Principal, Role, Tool
+from core.services import (
+    operator_manageable,
+    principal_create,
+    tenant_settings_update,
+    token_issue,
+    token_revoke,
+    token_rotate,
+    tokens_manageable,
+    tool_create,
+    tool_declare,
+)
+from ledger.models import LedgerEntry
+from ledger.services import ledger_revoke
+from runs import dispatch, selectors, services
+from runs import presenters as present
+from runs.models import (
+    Action,
+    Attempt,
+    ForceReplayRequest,
+    IdempotencyConflict,
+    Reconciliation,
+    Replay,
+    Run,
+)
+from runs.notify import WaitRefused, waiters
+from runs.states import IN_PROGRESS, OPEN_FOR_HUMANS, RunStatus
+
+from . import schema as o
+from . import serializers as s
+from .schema import errors_for, ok
+
+RUN_409 = {409: ["run-not-running", "state-conflict"]}
+
+# --- helpers ---------------------------------------------------------------------------
+
+IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
+SF_STRING = re.compile(r'^"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"$')
+
+
+def idempotency_key(request, *, required: bool = True) -> str | None:
+    """The Idempotency-Key header, bare or as an RFC 8941 sf-string; returned bare. Without
+    the header: a 400, or None when not `required` (a read_only tool's proposal)."""
+    raw = request.headers.get("Idempotency-Key")
+    if raw is None:
+        if not required:
+            return None
+        raise IdempotencyKeyMissing()
+    raw = raw.strip()
+    if quoted := SF_STRING.match(raw):
+        raw = re.sub(r"\\([\"\\])", r"\1", quoted.group(1))
+    if not IDEMPOTENCY_KEY.match(raw):
+        raise ValidationFailed(
+            "The Idempotency-Key header is malformed.",
+            {"Idempotency-Key": ["1–255 visible ASCII characters, bare or as a quoted string."]},
+        )
+    return raw
+
+
+class IdempotencyKeyMissing(ValidationFailed):
+    slug = "idempotency-key-missing"
+    title = "Idempotency-Key missing"
+
+    def __init__(self):
+        super().__init__(
+            "A side-effecting request must carry an Idempotency-Key header derived from "
+            "stable intent.",
+            {"Idempotency-Key": ["This header is required."]},
+        )
+
+
+def valid(serializer_class, data):
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
+def body_object(request) -> dict:
+    data = request.data
+    if not isinstance(data, dict):
+        raise ValidationFailed(
+            "The body must be a JSON object.", {"body": ["Must be a JSON object."]}
+        )
+    return data
+
+
+ACTION_DETAIL = Action.objects.select_related(
+    "tenant", "principal", "tool", "claimed_by"
+).prefetch_related(
+    Prefetch("attempts", queryset=Attempt.objects.order_by("number")),
+    Prefetch("reconciliations", queryset=Reconciliation.objects.order_by("at", "id")),
+)
+
+
+def scoped_actions(caller):
+    if caller.is_principal:
+        return ACTION_DETAIL.filter(principal=caller.principal)
+    return ACTION_DETAIL.filter(tenant=caller.tenant)
+
+
+def get_action_for(caller, pk) -> Action:
+    action = scoped_actions(caller).filter(pk=pk).first()
+    if action is None:
+        raise Http404
+    return action
+
+
+def get_run_for(caller, pk) -> Run:
+    runs = Run.objects.select_related("tenant", "principal")
+    runs = (
+        runs.filter(principal=caller.principal)
+        if caller.is_principal
+        else runs.filter(tenant=caller.tenant)
+    )
+    run = runs.filter(pk=pk).first()
+    if run is None:
+        raise Http404
+    return run
+
+
+def page(request, qs, present_one, *, newest_first=True, field="created_at"):
+    rows, next_cursor = keyset_page(
+        qs, request.query_params.get("cursor"), newest_first=newest_first, field=field
+    )
+    return Response({"results": [present_one(r) for r in rows], "next": next_cursor})
+
+
+def csv_param(request, name, allowed=None) -> list[str]:
+    values = [v for v in request.query_params.get(name, "").split(",") if v]
+    if allowed is not None and (bad := [v for v in values if v not in allowed]):
+        raise ValidationFailed(
+            f"Unknown {name}.", {name: [f"{', '.join(bad)} not in {', '.join(allowed)}."]}
+        )
+    return values
+
+
+# --- who am I ---------------------------------------------------------------------------
+
+
+@extend_schema(operation_id="me", request=None, responses={**ok(200, o.MeOut), **errors_for()})
+@api_view(["GET"])
+def me(request):
+    caller = request.user
+    return Response(
+        {
+            "kind": caller.kind,
+            "name": caller.name,
+            "tenant": caller.tenant.slug,
+            "roles": caller.roles,
+        }
+    )
+
+
+# --- runs ------------------------------------------------------------------------------
+
+
+@extend_schema(
+    methods=["GET"],
+    operation_id="runs_list",
+    parameters=[o.csv_query("status", "Only runs in these statuses.", RunStatus.values), o.CURSOR],
+    responses={**ok(200, o.page_of(o.RunOut)), **errors_for()},
+)
+@extend_schema(
+    methods=["POST"],
+    operation_id="runs_start",
+    request={"application/json": s.RunStartIn, "multipart/form-data": o.RunStartMultipartIn},
+    responses={**ok(201, o.RunDetailOut), **errors_for(411, 413, 415)},
+)
+@api_view(["GET", "POST"])
+@parser_classes([JSONParser, MultiPartParser])
+def runs(request):
+    if request.method == "GET":
+        caller = request.user
+        qs = Run.objects.select_related("tenant", "principal")
+        qs = (
+            qs.filter(principal=caller.principal)
+            if caller.is_principal
+            else qs.filter(tenant=caller.tenant)
+        )
+        if statuses := csv_param(request, "status"):
+            qs = qs.filter(status__in=statuses)
+        return page(request, qs, lambda r: present.run_dict(r, with_actions=False))
+    principal = require_principal(request)
+    if request.content_type.startswith("multipart/"):
+        data = {k: request.data.get(k) for k in ("trigger", "session_id") if k in request.data}
+        if "config" in request.data:
+            try:
+                data["config"] = json.loads(request.data["config"])
+            except ValueError as exc:
+                raise ValidationFailed(
+                    "config is not JSON.", {"config": ["Must be a JSON object (as text)."]}
+                ) from exc
+        if "input_file" in request.FILES:
+            data["input_file"] = request.FILES["input_file"]
+    else:
+        data = body_object(request)
+    fields = valid(s.RunStartIn, data)
+    upload = fields.get("input_file")
+    if upload is not None and upload.size > settings.MAX_INPUT_FILE_BYTES:
+        return problem(
+            "payload-too-large",
+            "Payload too large",
+            413,
+            f"input_file is larger than {settings.MAX_INPUT_FILE_BYTES} bytes.",
+        )
+    run = services.run_start(
+        principal=principal,
+        trigger=fields["trigger"],
+        config=fields["config"],
+        session_id=fields.get("session_id"),
+        input_file=upload,
+        actor=request.user.actor,
+    )
+    return Response(present.run_dict(run), status=201)
+
+
+@extend_schema(
+    operation_id="runs_retrieve",
+    request=None,
+    responses={**ok(200, o.RunDetailOut), **errors_for(404)},
+)
+@api_view(["GET"])
+def run_detail(request, pk):
+    return Response(present.run_dict(get_run_for(request.user, pk)))
+
+
+@extend_schema(
+    operation_id="runs_heartbeat",
+    request=None,
+    responses={**ok(200, o.RunOut), **errors_for(404, 409, 411, 413, 415, slugs=RUN_409)},
+)
+@api_view(["POST"])
+def run_heartbeat(request, pk):
+    require_principal(request)
+    run = services.run_heartbeat(get_run_for(request.user, pk), actor=request.user.actor)
+    return Response(present.run_dict(run, with_actions=False))
+
+
+@extend_schema(
+    operation_id="runs_finish",
+    request=s.RunFinishIn,
+    responses={**ok(200, o.RunDetailOut), **errors_for(404, 409, 411, 413, 415, slugs=RUN_409)},
+)
+@api_view(["POST"])
+def run_finish(request, pk):
+    require_principal(request)
+    run = get_run_for(request.user, pk)
+    fields = valid(s.RunFinishIn, body_object(request))
+    run = services.run_finish(run, actor=request.user.actor, **fields)
+    return Response(present.run_dict(run))
+
+
+@extend_schema(
+    operation_id="runs_claim",
+    request=None,
+    responses={
+        **ok(200, o.RunDetailOut, "The claimed run, now running."),
+        204: OpenApiResponse(description="No pending run for this principal."),
+        **errors_for(411, 413, 415),
+    },
+)
+@api_view(["POST"])
+def run_claim(request):
+    principal = require_principal(request)
+    run = services.run_claim(principal=principal, actor=request.user.actor)
+    if run is None:
+        return Response(status=204)
+    return Response(present.run_dict(run))
+
+
+@extend_schema(
+    operation_id="runs_replay",
+    request=s.ReplayIn,
+    responses={
+        **ok(201, o.RunDetailOut, "The new run (pending), for a runtime to claim."),
+        **ok(
+            202,
+            o.ForceReplayRequestOut,
+            "With the tenant's four-eyes setting, a force that needs one waits for a "
+            "second admin: the waiting force replay request.",
+        ),
+        **errors_for(404, 409, 410, 411, 413, 415, slugs={409: ["replay-refused"]}),
+    },
+)
+@api_view(["POST"])
+def run_replay(request, pk):
+    run = get_run_for(request.user, pk)
+    fields = valid(s.ReplayIn, body_object(request) if request.body else {})
+    caller = request.user
+    if fields["force"]:
+        require_operator(request, Role.ADMIN)
+        if not fields["reason"].strip():
+            raise ValidationFailed(
+                "A forced replay needs a reason.", {"reason": ["Required when force is true."]}
+            )
+    if fields["force"]:
+        new_run, waiting = services.run_force_replay(
+            run, reason=fields["reason"].strip(), actor=caller.actor
+        )
+        if waiting is not None:
+            return Response(services.force_request_dict(waiting), status=202)
+    else:
+        new_run = services.run_replay(run, force=False, reason="", actor=caller.actor)
+    return Response(present.run_dict(new_run), status=201)
+
+
+def get_force_request_for(caller, pk) -> ForceReplayRequest:
+    found = ForceReplayRequest.objects.filter(tenant=caller.tenant, pk=pk).first()
+    if found is None:
+        raise Http404
+    return found
+
+
+@extend_schema(
+    operation_id="force_replay_requests_list",
+    request=None,
+    parameters=[o.csv_query("state", "pending, confirmed or rejected"), o.CURSOR],
+    responses={**ok(200, o.page_of(o.ForceReplayRequestOut)), **errors_for()},
+)
+@api_view(["GET"])
+def force_replay_requests(request):
+    """Four-eyes force replays, newest first; `?state=pending` for those waiting. Admin."""
+    caller = require_operator(request, Role.ADMIN)
+    qs = ForceReplayRequest.objects.filter(tenant=caller.tenant)
+    if states := csv_param(request, "state", ["pending", "confirmed", "rejected"]):
+        qs = qs.filter(state__in=states)
+    return page(request, qs, services.force_request_dict)
+
+
+@extend_schema(
+    request=None,
+    responses={**ok(201, o.RunDetailOut), **errors_for(404, 409, slugs={409: ["state-conflict"]})},
+)
+@api_view(["POST"])
+def force_replay_confirm(request, pk):
+    """A second admin confirms: 201 with the new run. 409 for the requester themselves."""
+    caller = require_operator(request, Role.ADMIN)
+    new_run = services.force_replay_confirm(get_force_request_for(caller, pk), actor=caller.actor)
+    return Response(present.run_dict(new_run), status=201)
+
+
+@extend_schema(
+    request=s.NoteIn,
+    responses={**ok(200, o.ForceReplayRequestOut), **errors_for(404, 409, 411, 413, 415)},
+)
+@api_view(["POST"])
+def force_replay_reject(request, pk):
+    caller = require_operator(request, Role.ADMIN)
+    fields = valid(s.NoteIn, body_object(request) if request.body else {})
+    req = services.force_replay_reject(
+        get_force_request_for(caller, pk), reason=fields["reason"].strip(), actor=caller.actor
+    )
+    return Response(services.force_request_dict(req))
+
+
+@extend_schema(
+    methods=["GET"],
+    operation_id="settings_retrieve",
+    request=None,
+    responses={**ok(200, o.TenantSettingsOut), **errors_for()},
+)
+@extend_schema(
+    methods=["POST"],
+    operation_id="settings_update",
+    request=s.TenantSettingsIn,
+    responses={**ok(200, o.TenantSettingsOut), **errors_for(411, 413, 415)},
+)
+@api_view(["GET", "POST"])
+def tenant_settings(request):
+    """The tenant's settings (admin): `four_eyes_force_replay`, `approval_sla_seconds`. A
+    POST changes the fields it names."""
+    caller = require_operator(request, Role.ADMIN)
+    tenant = caller.tenant
+    if request.method == "POST":
+        fields = valid(s.TenantSettingsIn, body_object(request))
+        if fields:
+            tenant = tenant_settings_update(tenant, actor=caller.actor, **fields)
+    return Response(
+        {
+            "four_eyes_force_replay": tenant.four_eyes_force_replay,
+            "approval_sla_seconds": tenant.approval_sla_seconds,
+        }
+    )
+
+
+@extend_schema(
+    operation_id="replays_list",
+    request=None,
+    parameters=[o.CURSOR],
+    responses={**ok(200, o.page_of(o.ReplayOut)), **errors_for()},
+)
+@api_view(["GET"])
+def replays(request):
+    caller = require_operator(request)
+    qs = Replay.objects.filter(tenant=caller.tenant)
+    return page(request, qs, services.replay_record, field="at")
+
+
+# --- actions ---------------------------------------------------------------------------
+
+
+def _names_read_only_tool(request, principal) -> bool:
+    """Whether the body names a tool of this tenant declared read_only. Asked only when the
+    Idempotency-Key header is missing, before anything else is validated, so that every
+    other proposal without one is the 400 it always was."""
+    data = request.data
+    name = data.get("tool") if isinstance(data, dict) else None
+    return isinstance(name, str) and (
+        Tool.objects.filter(tenant_id=principal.tenant_id, name=name, effect="read_only").exists()
+    )
+
+
+@extend_schema(
+    operation_id="actions_propose",
+    request=s.ActionProposeIn,
+    parameters=[o.IDEMPOTENCY_KEY],
+    responses={
+        **ok(201, o.ActionOut, "A new action; its `state` and `block_reason` tell the rest."),
+        **ok(200, o.ActionOut, "A ledger hit: the existing action, `replayed: true`."),
+        **errors_for(
+            404,
+            409,
+            411,
+            413,
+            415,
+            422,
+            slugs={400: ["validation-error", "idempotency-key-missing"], 409: ["run-not-running"]},
+        ),
+    },
+)
+@api_view(["POST"])
+def propose(request, pk):
+    principal = require_principal(request)
+    # A side-effecting proposal must carry a key (README, "Idempotency keys"). A read_only
+    # tool's may omit it: a read takes no ledger key space (runs.services._read_action_create).
+    key = idempotency_key(
+        request,
+        required="Idempotency-Key" in request.headers
+        or not _names_read_only_tool(request, principal),
+    )
+    fields = valid(s.ActionProposeIn, body_object(request))
+    # One read: the run, the tool and the key's live entry with its action. A ledger hit is
+    # answered from it without another query and without writing anything.
+    found = selectors.propose_lookup(
+        run_id=pk, principal=principal, tool_name=fields["tool"], key=key
+    )
+    if found.run is None:
+        raise Http404
+    if found.tool is None:
+        raise ValidationFailed(
+            "Unknown tool.", {"tool": [f"No tool named {fields['tool']!r} in this tenant."]}
+        )
+    if key is None and found.tool.effect != "read_only":  # re-declared since the peek above
+        raise IdempotencyKeyMissing()
+    action, created, changed = services.action_propose(
+        run=found.run,
+        tool=found.tool,
+        target=fields["target"],
+        desired_state=fields["desired_state"],
+        expected_version=fields["expected_version"],
+        idempotency_key=key,
+        approval_id=fields["approval_id"],
+        reason=(fields.get("reason") or "").strip(),
+        actor=request.user.actor,
+        known=found,
+    )
+    if created:
+        resource = present.action_resource(
+            action,
+            tenant=principal.tenant.slug,
+            principal=principal.name,
+            tool=found.tool.name,
+            claimed_by=None,
+            attempts=[],
+            reconciliations=[],
+        )
+    elif found.action is not None and action.pk == found.action.pk:
+        resource = found.resource
+    else:  # lost a race for a new key: the winner's action, read now
+        resource = selectors.action_view(action.pk)[1]
+    resource["replayed"], resource["content_changed"] = not created, changed
+    return Response(resource, status=201 if created else 200)
+
+
+def wait_for_settle(request, view, seconds: float):
+    """Hold the request until the action leaves the in-progress states or `seconds` pass.
+
+    No poll loop: the request sleeps on an event that the process's LISTEN thread sets when
+    the action's settling transaction commits (`runs.notify`). Over the per-principal or
+    per-process cap it answers at once with the current state."""
+    caller = request.user
+    action, _ = view
+    key = ("principal", caller.principal.pk) if caller.is_principal else ("user", caller.user.pk)
+    try:
+        event = waiters.register(action.pk, key)
+    except WaitRefused:
+        request.wait_refused = True
+        return view
+    try:
+        deadline = time.monotonic() + seconds
+        # Read again now that we listen: a settle between the first read and here is seen.
+        view = action_view_for(caller, action.pk)
+        while view[0].state in IN_PROGRESS:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not event.wait(remaining):
+                break
+            event.clear()
+            view = action_view_for(caller, action.pk)
+    finally:
+        waiters.unregister(action.pk, key, event)
+    return view
+
+
+def action_view_for(caller, pk):
+    if caller.is_principal:
+        view = selectors.action_view(pk, principal_id=caller.principal.pk)
+    else:
+        view = selectors.action_view(pk, tenant_id=caller.tenant.pk)
+    if view is None:
+        raise Http404
+    return view
+
+
+@extend_schema(
+    operation_id="actions_retrieve",
+    request=None,
+    parameters=[
+        o.query(
+            "wait",
+            "Hold the request up to this many seconds (0–30) while the action is queued, "
+            "dispatching or unknown. Over the server's cap of concurrent waits it answers "
+            "at once with the current state and `Retry-After` (seconds before asking again).",
+            OpenApiTypes.NUMBER,
+        )
+    ],
+    responses={
+        **ok(200, o.ActionOut, "The action; with `Retry-After` when a wait was refused."),
+        **errors_for(404),
+    },
+)
+@api_view(["GET"])
+def action_detail(request, pk):
+    view = action_view_for(request.user, pk)
+    wait = request.query_params.get("wait")
+    if wait is not None:
+        try:
+            seconds = float(wait)
+            if not 0 <= seconds <= settings.ACTION_WAIT_MAX_SECONDS:
+                raise ValueError
+        except ValueError as exc:
+            raise ValidationFailed(
+                "Bad wait.", {"wait": ["A number of seconds from 0 to 30."]}
+            ) from exc
+        if seconds and view[0].state in IN_PROGRESS:
+            view = wait_for_settle(request, view, seconds)
+    response = Response(view[1])
+    if getattr(request, "wait_refused", False):
+        # Over the cap of concurrent waits: answered at once; ask again in a second.
+        response["Retry-After"] = "1"
+    return response
+
+
+@extend_schema(
+    operation_id="actions_reconcile",
+    request=None,
+    responses={**ok(200, o.ActionOut), **errors_for(404, 409, 411, 413, 415)},
+)
+@api_view(["POST"])
+def action_reconcile(request, pk):
+    require_operator(request, Role.ONCALL)
+    action = get_action_for(request.user, pk)
+    if action.state not in {"unknown", "needs_human"}:
+        raise StateConflict(
+            f"Only an unknown or needs_human action can be re-checked; this one is {action.state}."
+        )
+    dispatch.action_reconcile(action.pk, actor=request.user.actor, manual=True)
+    return Response(present.action_dict(get_action_for(request.user, pk)))
+
+
+@extend_schema(
+    operation_id="actions_resolve",
+    request=s.ResolveIn,
+    responses={**ok(200, o.ActionOut), **errors_for(404, 409, 411, 413, 415)},
+)
+@api_view(["POST"])
+def action_resolve(request, pk):
+    require_operator(request, Role.ONCALL)
+    action = get_action_for(request.user, pk)
+    fields = valid(s.ResolveIn, body_object(request))
+    if not fields["reason"].strip():
+        raise ValidationFailed("A reason is required.", {"reason": ["Say why."]})
+    services.action_resolve(
+        action,
+        outcome=fields["outcome"],
+        reason=fields["reason"].strip(),
+        actor=request.user.actor,
+        based_on_read=fields["based_on_read"],
+    )
+    return Response(present.action_dict(get_action_for(request.user, pk)))
+
+
+@extend_schema(
+    request=s.AcknowledgeIn,
+    responses={**ok(200, o.ActionOut), **errors_for(404, 409, 411, 413, 415)},
+)
+@api_view(["POST"])
+def action_acknowledge(request, pk):
+    """Acknowledge a blocked action (on-call): it leaves the queue, stays findable. 409
+    `state-conflict` unless it is blocked and not yet acknowledged."""
+    require_operator(request, Role.ONCALL)
+    action = get_action_for(request.user, pk)
+    fields = valid(s.AcknowledgeIn, body_object(request) if request.body else {})
+    services.action_acknowledge(action, note=fields["note"].strip(), actor=request.user.actor)
+    return Response(present.action_dict(get_action_for(request.user, pk)))
+
+
+@extend_schema(
+    operation_id="idempotency_conflicts_list",
+    request=None,
+    parameters=[o.CURSOR],
+    responses={**ok(200, o.page_of(o.IdempotencyConflictOut)), **errors_for()},
+)
+@api_view(["GET"])
+def idempotency_conflicts(request):
+    """Every proposal refused with 422 idempotency-conflict, newest first (operators)."""
+    caller = require_operator(request)
+    qs = IdempotencyConflict.objects.filter(tenant=caller.tenant).select_related("principal")
+    return page(
+        request,
+        qs,
+        lambda c: {
+            "id": c.pk,
+            "at": c.at.isoformat(),
+            "principal": c.principal.name,
+            "key": c.key,
+            "existing_action": str(c.existing_action_id) if c.existing_action_id else None,
+            "attempted": c.attempted,
+            "request_id": c.request_id,
+        },
+        field="at",
+    )
+
+
+@extend_schema(
+    operation_id="queue_list",
+    request=None,
+    parameters=[
+        o.csv_query("state", "Default: all four.", OPEN_FOR_HUMANS),
+        o.csv_query("tool", "Only these tools (names)."),
+        o.query("order", "`oldest` for oldest first (the console's order).", enum=["oldest"]),
+        o.CURSOR,
+    ],
+    responses={**ok(200, o.page_of(o.ActionOut)), **errors_for()},
+)
+@api_view(["GET"])
+def queue(request):
+    caller = require_operator(request)
+    states = csv_param(request, "state", OPEN_FOR_HUMANS) or OPEN_FOR_HUMANS
+    # Acknowledged blocked actions have left the queue; GET /actions/{id} still has them.
+    qs = ACTION_DETAIL.filter(tenant=caller.tenant, state__in=states, acknowledged_at__isnull=True)
+    if tools := csv_param(request, "tool"):
+        qs = qs.filter(tool__name__in=tools)
+    oldest = request.query_params.get("order") == "oldest"
+    return page(request, qs, present.action_dict, newest_first=not oldest)
+
+
+# --- approvals ---------------------------------------------------------------------------
+
+REQUESTS = ApprovalRequest.objects.select_related("tenant", "principal", "tool")
+APPROVALS = Approval.objects.select_related("tenant", "principal", "tool")
+
+
+@extend_schema(
+    operation_id="approval_requests_list",
+    request=None,
+    parameters=[
+        o.csv_query("state", "Only requests in these states.", RequestState.values),
+        o.CURSOR,
+    ],
+    responses={**ok(200, o.page_of(o.ApprovalRequestOut)), **errors_for()},
+)
+@api_view(["GET"])
+def approval_requests(request):
+    caller = require_operator(request, Role.APPROVER)
+    qs = REQUESTS.filter(tenant=caller.tenant)
+    if states := csv_param(request, "state", ["pending", "granted", "denied", "expired"]):
+        qs = qs.filter(state__in=states)
+    return page(request, qs, present.approval_request_dict)
+
+
+def get_request_for(caller, pk) -> ApprovalRequest:
+    found = REQUESTS.filter(tenant=caller.tenant, pk=pk).first()
+    if found is None:
+        raise Http404
+    return found
+
+
+@extend_schema(
+    operation_id="approval_requests_grant",
+    request=s.GrantIn,
+    responses={**ok(201, o.ApprovalOut), **errors_for(404, 409, 411, 413, 415)},
+)
+@api_view(["POST"])
+def approval_request_grant(request, pk):
+    caller = require_operator(request, Role.APPROVER)
+    req = get_request_for(caller, pk)
+    fields = valid(s.GrantIn, body_object(request) if request.body else {})
+    approval = services.approval_request_grant(
+        req, ttl_seconds=fields["ttl_seconds"], actor=caller.actor
+    )
+    return Response(present.approval_dict(APPROVALS.get(pk=approval.pk)), status=201)
+
+
+@extend_schema(
+    operation_id="approval_requests_deny",
+    request=s.ReasonIn,
+    responses={**ok(200, o.ApprovalRequestOut), **errors_for(404, 409, 411, 413, 415)},
+)
+@api_view(["POST"])
+def approval_request_deny(request, pk):
+    caller = require_operator(request, Role.APPROVER)
+    req = get_request_for(caller, pk)
+    fields = valid(s.ReasonIn, body_object(request))
+    if not fields["reason"].strip():
+        raise ValidationFailed("A reason is required.", {"reason": ["Say why."]})
+    services.approval_request_deny(req, reason=fields["reason"].strip(), actor=caller.actor)
+    return Response(present.approval_request_dict(REQUESTS.get(pk=req.pk)))
+
+
+@extend_schema(
+    methods=["GET"],
+    operation_id="approvals_list",
+    parameters=[o.CURSOR],
+    responses={**ok(200, o.page_of(o.ApprovalOut)), **errors_for()},
+)
+@extend_schema(
+    methods=["POST"],
+    operation_id="approvals_create",
+    request=s.ApprovalIn,
+    responses={**ok(201, o.ApprovalOut), **errors_for(411, 413, 415)},
+)
+@api_view(["GET", "POST"])
+def approvals_collection(request):
+    caller = require_operator(request, Role.APPROVER)
+    if request.method == "GET":
+        return page(
+            request,
+            APPROVALS.filter(tenant=caller.tenant),
+            present.approval_dict,
+            field="granted_at",
+        )
+    fields = valid(s.ApprovalIn, body_object(request))
+    errors = {}
+    principal = Principal.objects.filter(tenant=caller.tenant, name=fields["principal"]).first()
+    tool = Tool.objects.filter(tenant=caller.tenant, name=fields["tool"]).first()
+    if principal is None:
+        errors["principal"] = [f"No principal named {fields['principal']!r} in this tenant."]
+    if tool is None:
+        errors["tool"] = [f"No tool named {fields['tool']!r} in this tenant."]
+    if errors:
+        raise ValidationFailed("Unknown names in the binding.", errors)
+    approval = approvals.approval_grant(
+        tenant=caller.tenant,
+        principal=principal,
+        tool=tool,
+        target=fields["target"],
+        desired_state=fields["desired_state"],
+        expected_version=fields["expected_version"],
+        ttl_seconds=fields["ttl_seconds"],
+        actor=caller.actor,
+    )
+    return Response(present.approval_dict(APPROVALS.get(pk=approval.pk)), status=201)
+
+
+def get_approval_for(caller, pk) -> Approval:
+    found = APPROVALS.filter(tenant=caller.tenant, pk=pk).first()
+    if found is None:
+        raise Http404
+    return found
+
+
+@extend_schema(
+    operation_id="approvals_retrieve",
+    request=None,
+    responses={**ok(200, o.ApprovalOut), **errors_for(404)},
+)
+@api_view(["GET"])
+def approval_detail(request, pk):
+    caller = require_operator(request, Role.APPROVER)
+    return Response(present.approval_dict(get_approval_for(caller, pk)))
+
+
+@extend_schema(
+    operation_id="approvals_revoke",
+    request=s.ReasonIn,
+    responses={**ok(200, o.ApprovalOut), **errors_for(404, 409, 411, 413, 415)},
+)
+@api_view(["POST"])
+def approval_revoke(request, pk):
+    caller = require_operator(request, Role.APPROVER)
+    approval = get_approval_for(caller, pk)
+    fields = valid(s.ReasonIn, body_object(request) if request.body else {"reason": "revoked"})
+    approvals.approval_revoke(approval, actor=caller.actor, reason=fields["reason"])
+    return Response(present.approval_dict(get_approval_for(caller, pk)))
+
+
+# --- ledger, audit, set-up -------------------------------------------------------------------
+
+
+@extend_schema(
+    operation_id="ledger_list",
+    request=None,
+    parameters=[
+        o.query("key", "Only this Idempotency-Key (every generation)."),
+        o.query("tool", "Only this tool (name)."),
+        o.CURSOR,
+    ],
+    responses={**ok(200, o.page_of(o.LedgerEntryOut)), **errors_for()},
+)
+@api_view(["GET"])
+def ledger(request):
+    caller = require_operator(request, Role.ADMIN)
+    qs = LedgerEntry.objects.select_related("tenant").filter(tenant=caller.tenant)
+    if key := request.query_params.get("key"):
+        qs = qs.filter(key=key)
+    if tool := request.query_params.get("tool"):
+        qs = qs.filter(tool=tool)
+    return page(request, qs, present.ledger_dict)
+
+
+@extend_schema(
+    operation_id="ledger_revoke",
+    request=s.ReasonIn,
+    responses={**ok(200, o.LedgerEntryOut), **errors_for(404, 409, 411, 413, 415)},
+)
+@api_view(["POST"])
+def ledger_revoke_view(request, pk):
+    caller = require_operator(request, Role.ADMIN)
+    entry = LedgerEntry.objects.select_related("tenant").filter(tenant=caller.tenant, pk=pk).first()
+    if entry is None:
+        raise Http404
+    fields = valid(s.ReasonIn, body_object(request))
+    if not fields["reason"].strip():
+        raise ValidationFailed("A reason is required.", {"reason": ["Say why."]})
+    entry = ledger_revoke(entry, actor=caller.actor, reason=fields["reason"].strip())
+    return Response(present.ledger_dict(entry))
+
+
+def audit_queryset(caller, params):
+    qs = AuditEvent.objects.filter(tenant=caller.tenant)
+    if verb := params.get("verb"):
+        qs = qs.filter(verb__startswith=verb) if verb.endswith(".") else qs.filter(verb=verb)
+    if actor := params.get("actor"):
+        kind, _, name = actor.partition(":")
+        qs = qs.filter(actor_kind=kind, actor_name=name) if name else qs.filter(actor_name=actor)
+    if obj := params.get("object"):
+        qs = qs.filter(object_id=obj)
+    return qs
+
+
+@extend_schema(
+    operation_id="audit_list",
+    request=None,
+    parameters=[
+        o.query("verb", "A verb (`action.resolve`), or a prefix ending in a dot (`action.`)."),
+        o.query("actor", "`kind:name` (`operator:alice`) or a bare name."),
+        o.query("object", "The id of the object the event is about."),
+        o.CURSOR,
+    ],
+    responses={**ok(200, o.page_of(o.AuditEventOut)), **errors_for()},
+)
+@api_view(["GET"])
+def audit(request):
+    caller = require_operator(request, Role.ADMIN)
+    return page(
+        request, audit_queryset(caller, request.query_params), present.audit_dict, field="at"
+    )
+
+
+@extend_schema(
+    methods=["GET"],
+    operation_id="tools_list",
+    parameters=[o.CURSOR],
+    responses={**ok(200, o.page_of(o.ToolOut)), **errors_for()},
+)
+@extend_schema(
+    methods=["POST"],
+    operation_id="tools_create",
+    request=s.ToolIn,
+    responses={**ok(201, o.ToolOut), **errors_for(409, 411, 413, 415)},
+)
+@api_view(["GET", "POST"])
+def tools(request):
+    if request.method == "GET":
+        caller = request.user
+        qs = Tool.objects.filter(tenant=caller.tenant)
+        return page(request, qs, present.tool_dict)
+    caller = require_operator(request, Role.ADMIN)
+    fields = valid(s.ToolIn, body_object(request))
+    tool = tool_create(tenant=caller.tenant, actor=caller.actor, **fields)
+    return Response(present.tool_dict(tool), status=201)
+
+
+def get_tool_for(caller, name) -> Tool:
+    tool = Tool.objects.filter(tenant=caller.tenant, name=name).first()
+    if tool is None:
+        raise Http404
+    return tool
+
+
+@extend_schema(
+    operation_id="tools_retrieve",
+    request=None,
+    responses={**ok(200, o.ToolOut), **errors_for(404)},
+)
+@api_view(["GET"])
+def tool_detail(request, name):
+    """One tool, by name, with its declarations (`effect`, `lookup`) and who made them."""
+    return Response(present.tool_dict(get_tool_for(request.user, name)))
+
+
+@extend_schema(
+    operation_id="tools_declare",
+    request=s.ToolDeclareIn,
+    responses={
+        **ok(200, o.ToolOut, "The tool, declaring what it now is."),
+        **errors_for(404, 409, 411, 413, 415),
+    },
+)
+@api_view(["POST"])
+def tool_declaration(request, name):
+    """Change what a tool declares it is: `effect` and/or `lookup`, with a `reason`. Admin.
+
+    Declarations are the tool owner's claims, and the engine acts on them (resends to
+    `idempotent` tools, lookups, replay verdicts), so the change is audited
+    (`tool.declare`, before and after) and every later decision records the declaration it
+    relied on. 409 when nothing would change."""
+    caller = require_operator(request, Role.ADMIN)
+    tool = get_tool_for(caller, name)
+    fields = valid(s.ToolDeclareIn, body_object(request))
+    tool = tool_declare(tool, actor=caller.actor, **fields)
+    return Response(present.tool_dict(tool))
+
+
+@extend_schema(
+    operation_id="principals_create",
+    request=s.PrincipalIn,
+    responses={**ok(201, o.PrincipalCreatedOut), **errors_for(409, 411, 413, 415)},
+)
+@api_view(["POST"])
+def principals(request):
+    caller = require_operator(request, Role.ADMIN)
+    fields = valid(s.PrincipalIn, body_object(request))
+    principal, token = principal_create(
+        tenant=caller.tenant, name=fields["name"], actor=caller.actor
+    )
+    return Response(
+        {
+            "id": str(principal.pk),
+            "name": principal.name,
+            "tenant": caller.tenant.slug,
+            "token": token,
+        },
+        status=201,
+    )
+
+
+# --- tokens (admin) -----------------------------------------------------------------------
+
+
+def _manageable(caller):
+    return tokens_manageable(caller.tenant, caller.user)
+
+
+def _token_for(caller, pk):
+    token = _manageable(caller).filter(pk=pk).first()
+    if token is None:
+        raise Http404
+    return token
+
+
+def _expiry(seconds):
+    return timezone.now() + timedelta(seconds=seconds) if seconds else None
+
+
+@extend_schema(
+    methods=["GET"],
+    operation_id="tokens_list",
+    request=None,
+    parameters=[o.query("state", "active, revoked or expired"), o.query("cursor", "page")],
+    responses={**ok(200, o.page_of(o.TokenOut)), **errors_for()},
+)
+@extend_schema(
+    methods=["POST"],
+    operation_id="tokens_create",
+    request=s.TokenIn,
+    responses={**ok(201, o.TokenCreatedOut), **errors_for(411, 413, 415)},
+)
+@api_view(["GET", "POST"])
+def tokens(request):
+    """Admin: the tokens of this tenant's principals and operators; issue one."""
+    caller = require_operator(request, Role.ADMIN)
+    if request.method == "GET":
+        qs = _manageable(caller)
+        if state := request.query_params.get("state"):
+            now = timezone.now()
+            live = Q(revoked_at__isnull=True) & (Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+            filters = {
+                "active": live,
+                "revoked": Q(revoked_at__isnull=False),
+                "expired": Q(revoked_at__isnull=True, expires_at__lte=now),
+            }
+            if state not in filters:
+                raise ValidationFailed(
+                    "Unknown state.", {"state": ["One of active, revoked, expired."]}
+                )
+            qs = qs.filter(filters[state])
+        return page(request, qs, present.token_dict)
+    fields = valid(s.TokenIn, body_object(request))
+    owner = {}
+    if fields.get("principal"):
+        owner["principal"] = Principal.objects.filter(
+            tenant=caller.tenant, name=fields["principal"]
+        ).first()
+        if owner["principal"] is None:
+            raise ValidationFailed(
+                "No such principal.", {"principal": ["No principal of that name here."]}
+            )
+    else:
+        user = _manageable_operator(caller, fields["operator"])
+        if user is None:
+            raise ValidationFailed(
+                "No such operator.",
+                {"operator": ["No operator of that name whose tokens you may manage."]},
+            )
+        owner["user"] = user
+    token, raw = token_issue(
+        tenant=caller.tenant,
+        actor=caller.actor,
+        name=fields["name"],
+        expires_at=_expiry(fields["expires_in_seconds"]),
+        **owner,
+    )
+    return Response(present.token_dict(token, raw), status=201)
+
+
+def _manageable_operator(caller, username):
+    """The operator `username` if an admin of this tenant may manage their tokens."""
+    user = get_user_model().objects.filter(username=username).first()
+    if user is None or not operator_manageable(caller.tenant, user, caller.user):
+        return None
+    return user
+
+
+@extend_schema(
+    request=s.OptionalReasonIn,
+    responses={**ok(200, o.TokenOut), **errors_for(404, 409, 411, 413, 415)},
+)
+@api_view(["POST"])
+def token_revoke_view(request, pk):
+    caller = require_operator(request, Role.ADMIN)
+    token = _token_for(caller, pk)
+    fields = valid(s.OptionalReasonIn, body_object(request))
+    token = token_revoke(token, tenant=caller.tenant, actor=caller.actor, reason=fields["reason"])
+    return Response(present.token_dict(token))
+
+
+@extend_schema(
+    request=s.TokenRotateIn,
+    responses={**ok(201, o.TokenCreatedOut), **errors_for(404, 409, 411, 413, 415)},
+)
+@api_view(["POST"])
+def token_rotate_view(request, pk):
+    caller = require_operator(request, Role.ADMIN)
+    token = _token_for(caller, pk)
+    fields = valid(s.TokenRotateIn, body_object(request))
+    options = {}
+    if fields["expires_in_seconds"] is not None:
+        options["expires_at"] = _expiry(fields["expires_in_seconds"])
+    new, raw = token_rotate(
+        token,
+        tenant=caller.tenant,
+        actor=caller.actor,
+        overlap_seconds=fields["overlap_seconds"],
+        reason=fields["reason"],
+        **options,
+    )
+    return Response(present.token_dict(new, raw), status=201)

@@ -1,0 +1,66 @@
+import os
+
+from celery import Celery
+from celery.signals import setup_logging, worker_init
+from kombu.transport import TRANSPORT_ALIASES
+
+# The default, serverless broker: our multi-process-safe variant of kombu's filesystem one.
+TRANSPORT_ALIASES["filesystem"] = "takeover.broker:Transport"
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "takeover.settings")
+
+app = Celery("takeover")
+
+
+@app.on_configure.connect
+def _database(sender, **kwargs):
+    # Sent just before the configuration (Django's settings) is first read: the embedded
+    # PostgreSQL starts here when DATABASE_URL is unset, not when the package is imported.
+    from .embedded_db import prepare
+
+    prepare()
+
+
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()
+
+
+@app.on_after_finalize.connect
+def _schedule_sweeps(sender, **kwargs):
+    from django.conf import settings
+
+    # A sweep nobody ran within one interval is superseded by the next: it expires, so
+    # sweeps do not pile up in the broker while every worker is down.
+    sender.add_periodic_task(
+        settings.SWEEP_INTERVAL_SECONDS,
+        sender.signature("runs.sweep", expires=settings.SWEEP_INTERVAL_SECONDS),
+    )
+
+
+@worker_init.connect
+def _serve_worker_metrics(**kwargs):
+    from django.conf import settings
+
+    from core.metrics import start_worker_exporter
+    from core.otel import setup as tracing
+
+    tracing("takeover-worker")  # off unless configured (core/otel.py)
+    if settings.WORKER_METRICS_PORT:
+        start_worker_exporter(settings.WORKER_METRICS_PORT, settings.WORKER_METRICS_ADDR)
+
+
+@setup_logging.connect
+def _project_logging(loglevel=None, **kwargs):
+    """Workers and beat log like the web: the project's LOGGING (LOG_FORMAT, the request id
+    and action on each line), not Celery's own format. The level is LOG_LEVEL when it is
+    set, else Celery's `--loglevel`."""
+    import copy
+    import logging.config
+
+    from django.conf import settings
+
+    config = copy.deepcopy(settings.LOGGING)
+    if loglevel and "LOG_LEVEL" not in os.environ:
+        name = logging.getLevelName(loglevel) if isinstance(loglevel, int) else loglevel
+        config["root"]["level"] = str(name).upper()
+    logging.config.dictConfig(config)

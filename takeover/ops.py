@@ -1,0 +1,234 @@
+"""What a platform team points its probes and its Prometheus at: /healthz, /readyz, /metrics.
+
+Answered by a middleware placed first, before host validation, HTTPS redirects, sessions
+and the access log: a load balancer's probe or a scraper addresses the process by an IP or
+a service name that is not in ALLOWED_HOSTS, and probes every few seconds are noise in the
+access log. None of the three answers leaks a version, a setting or an exception text.
+
+- /healthz: liveness. The process answers; nothing else is checked.
+- /readyz: the database answers, every migration is applied, the broker accepts a
+  connection. Otherwise 503 problem+json naming the failing part(s) in `checks`.
+- /metrics: Prometheus text format, for a bearer token equal to METRICS_TOKEN or a client
+  in METRICS_ALLOW_FROM (core/metrics.py); 401 otherwise, 404 when neither is configured.
+"""
+
+import logging
+import time
+
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.models import Count, Min, Q
+from django.http import HttpResponse, JsonResponse
+from django.utils import timezone
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+
+from approvals.models import ApprovalRequest, RequestState
+from core.api.problems import problem_json
+from core.metrics import process_metrics, scrape_allowed
+from core.models import Tenant
+from runs.models import Action
+from runs.states import UNSETTLED, ActionState
+
+logger = logging.getLogger(__name__)
+
+OPEN_STATES = [str(s) for s in UNSETTLED]
+BROKER_TIMEOUT_SECONDS = 3
+
+_migrations_applied = False  # once true for this process, true for good: code is fixed
+
+
+def _check_database() -> None:
+    with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
+        cursor.execute("SELECT 1")
+
+
+def _check_migrations() -> None:
+    global _migrations_applied
+    if _migrations_applied:
+        return
+    from django.db.migrations.executor import MigrationExecutor
+
+    executor = MigrationExecutor(connections[DEFAULT_DB_ALIAS])
+    if executor.migration_plan(executor.loader.graph.leaf_nodes()):
+        raise RuntimeError("unapplied migrations")
+    _migrations_applied = True
+
+
+def _check_broker() -> None:
+    from takeover.celery import app
+
+    with app.connection_for_write() as conn:
+        conn.ensure_connection(max_retries=1, timeout=BROKER_TIMEOUT_SECONDS)
+
+
+CHECKS = {
+    "database": (_check_database, "the database does not answer"),
+    "migrations": (_check_migrations, "migrations are not applied"),
+    "broker": (_check_broker, "the broker does not accept a connection"),
+}
+
+
+def readiness() -> dict[str, str]:
+    """Each check's result, "ok" or what failed. Migrations are not checked without a
+    database."""
+    results = {}
+    for name, (check, failure) in CHECKS.items():
+        if name == "migrations" and results["database"] != "ok":
+            results[name] = "not checked"
+            continue
+        try:
+            check()
+        except Exception as exc:
+            logger.warning("readiness check %s failed: %s: %s", name, type(exc).__name__, exc)
+            results[name] = failure
+        else:
+            results[name] = "ok"
+    if results["database"] != "ok":
+        connections[DEFAULT_DB_ALIAS].close()  # the next probe starts afresh
+    return results
+
+
+def readyz(request):
+    checks = readiness()
+    failing = [name for name, result in checks.items() if result != "ok"]
+    if not failing:
+        return JsonResponse({"status": "ready", "checks": checks})
+    return problem_json(
+        "temporarily-unavailable",
+        "Not ready",
+        503,
+        "Not ready: " + "; ".join(checks[name] for name in failing) + ".",
+        headers={"Retry-After": "5"},
+        failing=failing,
+        checks=checks,
+    )
+
+
+def healthz(request):
+    return JsonResponse({"status": "ok"})
+
+
+# --- /metrics -----------------------------------------------------------------------------
+
+
+class DatabaseGauges:
+    """Gauges counted at scrape time: grouped counts over partial indexes that hold only
+    unsettled rows (`action_unsettled`, `action_leased`, `approval_request_pending`), so a
+    scrape costs the same with a hundred million settled actions as with none."""
+
+    def collect(self):
+        now = timezone.now()
+        tenants = dict(Tenant.objects.order_by("slug").values_list("pk", "slug"))
+        rows = (
+            Action.objects.filter(state__in=OPEN_STATES)  # the action_unsettled index
+            .values_list("tenant_id", "state")
+            .annotate(n=Count("id"), oldest=Min("created_at"))
+            .order_by()
+        )
+        counts, oldest = {}, {}
+        for tenant_id, state, n, first in rows:
+            counts[tenants.get(tenant_id), state] = n
+            if state not in oldest or first < oldest[state]:
+                oldest[state] = first
+
+        open_actions = GaugeMetricFamily(
+            "takeover_open_actions",
+            "Actions not settled yet, by tenant and state.",
+            labels=["tenant", "state"],
+        )
+        for slug in tenants.values():
+            for state in OPEN_STATES:
+                open_actions.add_metric([slug, state], counts.get((slug, state), 0))
+        yield open_actions
+
+        age = GaugeMetricFamily(
+            "takeover_oldest_open_action_age_seconds",
+            "Age of the oldest action in each open state (0 when there is none).",
+            labels=["state"],
+        )
+        for state in OPEN_STATES:
+            first = oldest.get(state)
+            age.add_metric([state], (now - first).total_seconds() if first else 0)
+        yield age
+
+        backlog = sum(n for (_slug, state), n in counts.items() if state == ActionState.QUEUED)
+        yield GaugeMetricFamily(
+            "takeover_queue_backlog",
+            "Actions queued and not claimed by a worker yet.",
+            value=backlog,
+        )
+        overdue = Action.objects.filter(
+            Q(state=ActionState.DISPATCHING) & Q(lease_expires_at__lt=now)
+        ).count()
+        yield GaugeMetricFamily(
+            "takeover_dispatch_leases_overdue",
+            "Actions dispatching past their lease, not yet declared unknown by the sweeper.",
+            value=overdue,
+        )
+
+        pending = {
+            tenants.get(tenant_id): (n, first)
+            for tenant_id, n, first in ApprovalRequest.objects.filter(state=RequestState.PENDING)
+            .values_list("tenant_id")
+            .annotate(n=Count("id"), first=Min("created_at"))
+            .order_by()
+        }
+        requests = GaugeMetricFamily(
+            "takeover_approval_requests_pending",
+            "Approval requests waiting for a decision, by tenant.",
+            labels=["tenant"],
+        )
+        for slug in tenants.values():
+            requests.add_metric([slug], pending.get(slug, (0, None))[0])
+        yield requests
+        firsts = [first for _n, first in pending.values()]
+        yield GaugeMetricFamily(
+            "takeover_approval_request_oldest_age_seconds",
+            "Age of the oldest pending approval request (0 when there is none).",
+            value=(now - min(firsts)).total_seconds() if firsts else 0,
+        )
+
+
+def metrics_view(request):
+    from django.conf import settings
+
+    if not settings.METRICS_TOKEN and not settings.METRICS_ALLOW_FROM:
+        return problem_json("not-found", "Not found", 404, "Metrics are not enabled.")
+    if not scrape_allowed(
+        request.headers.get("Authorization", ""), request.META.get("REMOTE_ADDR", "")
+    ):
+        response = problem_json(
+            "unauthenticated", "Unauthenticated", 401, "A metrics token is required."
+        )
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
+    started = time.monotonic()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(DatabaseGauges())
+    body = generate_latest(registry) + process_metrics()
+    body += (
+        "# HELP takeover_scrape_seconds Time spent computing this scrape.\n"
+        "# TYPE takeover_scrape_seconds gauge\n"
+        f"takeover_scrape_seconds {time.monotonic() - started:.6f}\n"
+    ).encode()
+    return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)
+
+
+ROUTES = {"/healthz": healthz, "/readyz": readyz, "/metrics": metrics_view}
+
+
+class OpsMiddleware:
+    """Answers ROUTES (GET and HEAD only) before anything else runs."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        view = ROUTES.get(request.path_info)
+        if view is None:
+            return self.get_response(request)
+        if request.method not in ("GET", "HEAD"):
+            response = problem_json("validation-error", "Method not allowed", 405, "Use GET.")
+            response["Allow"] = "GET, HEAD"
+            return response
+        return view(request)

@@ -1,0 +1,13 @@
+from django.contrib import admin
+from django.urls import include, path
+
+from . import errors
+
+urlpatterns = [
+    path("api/v1/", include(("api.urls", "api"), namespace="api")),
+    path("admin/", admin.site.urls),
+    path("", include("console.urls", namespace="console")),
+]
+
+handler404 = errors.not_found
+handler500 = errors.server_error

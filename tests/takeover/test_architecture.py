@@ -1,0 +1,101 @@
+"""The shape of the code, held by tests: no import cycle among the project's modules, the
+apps depend in one direction, and no comment cites a document the repository lacks."""
+
+import re
+import sys
+from pathlib import Path
+
+import grimp
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ["takeover", "api", "console", "demo", "runs", "approvals", "ledger", "core"]
+# Who may import whom, top to bottom; a package may import only those below it. `api` and
+# `console` are two faces of the same domain and know nothing of each other; `demo` speaks
+# to the product through the services (set-up) and the HTTP API (its agent) only.
+LAYERS = ["takeover", ("api", "console", "demo"), "runs", ("approvals", "ledger"), "core"]
+
+
+def graph():
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    return grimp.build_graph(*PACKAGES, include_external_packages=False)
+
+
+def cycles(g) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), with imports made
+    inside functions counted like any other: a cycle hidden in a function is still one."""
+    edges = {m: sorted(g.find_modules_directly_imported_by(m) & g.modules) for m in g.modules}
+    index, low, on_stack, stack, found = {}, {}, set(), [], []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for module in sorted(g.modules):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_no_import_cycle_among_the_projects_modules():
+    assert cycles(graph()) == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    class Two:
+        modules = {"a", "b", "c"}
+
+        def find_modules_directly_imported_by(self, m):
+            return {"a": {"b"}, "b": {"a"}, "c": {"a"}}[m]
+
+    assert cycles(Two()) == [["a", "b"]]
+
+
+def test_apps_depend_in_one_direction():
+    g = graph()
+    levels = [layer if isinstance(layer, tuple) else (layer,) for layer in LAYERS]
+    illegal = []
+    for i, level in enumerate(levels):
+        above = [p for upper in levels[:i] for p in upper]
+        siblings = level
+        for importer in level:
+            for imported in [*above, *(s for s in siblings if s != importer)]:
+                if chain := g.find_shortest_chain(importer=importer, imported=imported):
+                    illegal.append(" -> ".join(chain))
+    assert illegal == []
+
+
+CODE = [
+    p
+    for pattern in ("*.py", "*.html", "*.js", "*.css")
+    for p in ROOT.glob(f"**/{pattern}")
+    if not {".venv", "var", "node_modules", ".git"} & set(p.relative_to(ROOT).parts)
+]
+
+
+def test_no_comment_cites_a_document_outside_the_repository():
+    cited = [
+        f"{p.relative_to(ROOT)}:{n}"
+        for p in CODE
+        for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1)
+        if re.search(r"\bSPEC\b(?!TACULAR)", line)
+    ]
+    assert cited == []
