@@ -10,6 +10,10 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from .states import ApprovalState, RequestState
+
+__all__ = ["Approval", "ApprovalRequest", "ApprovalState", "RequestState"]
+
 
 class Binding(models.Model):
     """The exact intent an approval (or a request for one) is bound to."""
@@ -32,15 +36,6 @@ class Binding(models.Model):
             "desired_state": self.desired_state,
             "expected_version": self.expected_version,
         }
-
-
-class ApprovalState(models.TextChoices):
-    GRANTED = "granted"
-    CONSUMED = "consumed"
-    REVOKED = "revoked"
-    # Never stored: a granted approval past its expires_at *reads* as expired. Storing it
-    # would need a sweep racing the consumer; the consume UPDATE checks the clock instead.
-    EXPIRED = "expired"
 
 
 class Approval(Binding):
@@ -85,13 +80,6 @@ class Approval(Binding):
         if self.state == ApprovalState.GRANTED and self.expires_at <= timezone.now():
             return ApprovalState.EXPIRED
         return self.state
-
-
-class RequestState(models.TextChoices):
-    PENDING = "pending"
-    GRANTED = "granted"
-    DENIED = "denied"
-    EXPIRED = "expired"
 
 
 class ApprovalRequest(Binding):

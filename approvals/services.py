@@ -9,19 +9,12 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from core.audit import Actor, audit
+from core.audit import Actor, Verb, audit
 from core.canonical import canonical_json
 from core.errors import StateConflict
 
-from .models import Approval, ApprovalRequest, ApprovalState, RequestState
-
-# blocked reasons (docs/design.md, "The action lifecycle")
-APPROVAL_EXPIRED = "approval_expired"
-APPROVAL_CONSUMED = "approval_consumed"
-APPROVAL_MISMATCH = "approval_mismatch"
-APPROVAL_DENIED = "approval_denied"
-APPROVAL_REVOKED = "approval_revoked"
-APPROVAL_NOT_FOUND = "approval_not_found"
+from .models import Approval, ApprovalRequest
+from .states import APPROVAL, REQUEST, ApprovalState, BlockReason, RequestState
 
 
 def _same_binding(obj, *, principal, tool, target, desired_state, expected_version) -> bool:
@@ -62,7 +55,7 @@ def approval_grant(
         )
         audit(
             actor=actor,
-            verb="approval.grant",
+            verb=Verb.APPROVAL_GRANT,
             obj=approval,
             after={
                 "state": ApprovalState.GRANTED,
@@ -77,14 +70,14 @@ def approval_grant(
 def approval_problem(approval: Approval | None, **binding) -> str | None:
     """Why this approval cannot authorize this intent right now, or None if it can."""
     if approval is None:
-        return APPROVAL_NOT_FOUND
+        return BlockReason.APPROVAL_NOT_FOUND
     if not _same_binding(approval, **binding):
-        return APPROVAL_MISMATCH
+        return BlockReason.APPROVAL_MISMATCH
     state = approval.effective_state
     return {
-        ApprovalState.CONSUMED: APPROVAL_CONSUMED,
-        ApprovalState.REVOKED: APPROVAL_REVOKED,
-        ApprovalState.EXPIRED: APPROVAL_EXPIRED,
+        ApprovalState.CONSUMED: BlockReason.APPROVAL_CONSUMED,
+        ApprovalState.REVOKED: BlockReason.APPROVAL_REVOKED,
+        ApprovalState.EXPIRED: BlockReason.APPROVAL_EXPIRED,
     }.get(state)
 
 
@@ -94,6 +87,7 @@ def approval_consume(approval_id, *, action_id, actor: Actor, **binding) -> str 
     Must run inside the claim's transaction, so that a claim that fails later rolls the
     consumption back with it.
     """
+    APPROVAL.check(ApprovalState.GRANTED, ApprovalState.CONSUMED)
     now = timezone.now()
     updated = Approval.objects.filter(
         pk=approval_id, state=ApprovalState.GRANTED, expires_at__gt=now
@@ -101,12 +95,12 @@ def approval_consume(approval_id, *, action_id, actor: Actor, **binding) -> str 
     approval = Approval.objects.filter(pk=approval_id).first()
     if updated != 1:
         # Lost the race, or it expired or was revoked while the action sat in the queue.
-        return approval_problem(approval, **binding) or APPROVAL_CONSUMED
+        return approval_problem(approval, **binding) or BlockReason.APPROVAL_CONSUMED
     if not _same_binding(approval, **binding):  # the binding is immutable; belt and braces
         raise StateConflict("Approval binding changed under a queued action.")
     audit(
         actor=actor,
-        verb="approval.consume",
+        verb=Verb.APPROVAL_CONSUME,
         obj=approval,
         before={"state": ApprovalState.GRANTED},
         after={"state": ApprovalState.CONSUMED, "consumed_by_action": str(action_id)},
@@ -115,6 +109,7 @@ def approval_consume(approval_id, *, action_id, actor: Actor, **binding) -> str 
 
 
 def approval_revoke(approval: Approval, *, actor: Actor, reason: str) -> Approval:
+    APPROVAL.check(ApprovalState.GRANTED, ApprovalState.REVOKED)
     with transaction.atomic():
         now = timezone.now()
         updated = Approval.objects.filter(
@@ -132,7 +127,7 @@ def approval_revoke(approval: Approval, *, actor: Actor, reason: str) -> Approva
             )
         audit(
             actor=actor,
-            verb="approval.revoke",
+            verb=Verb.APPROVAL_REVOKE,
             obj=approval,
             before={"state": ApprovalState.GRANTED},
             after={"state": ApprovalState.REVOKED},
@@ -158,7 +153,12 @@ def approval_request_open(
         created_at=now,
         expires_at=now + timedelta(seconds=settings.APPROVAL_REQUEST_TTL_SECONDS),
     )
-    audit(actor=actor, verb="approval_request.open", obj=request, after={"state": "pending"})
+    audit(
+        actor=actor,
+        verb=Verb.APPROVAL_REQUEST_OPEN,
+        obj=request,
+        after={"state": RequestState.PENDING},
+    )
     return request
 
 
@@ -173,15 +173,16 @@ def approval_request_lock_pending(request_id) -> ApprovalRequest:
 
 
 _DECISION_VERBS = {
-    RequestState.GRANTED: "approval_request.grant",
-    RequestState.DENIED: "approval_request.deny",
-    RequestState.EXPIRED: "approval_request.expire",
+    RequestState.GRANTED: Verb.APPROVAL_REQUEST_GRANT,
+    RequestState.DENIED: Verb.APPROVAL_REQUEST_DENY,
+    RequestState.EXPIRED: Verb.APPROVAL_REQUEST_EXPIRE,
 }
 
 
 def approval_request_close(request: ApprovalRequest, *, state: str, actor: Actor, reason: str = ""):
     """Record the decision on a request locked by `approval_request_lock_pending`."""
     before = request.state
+    REQUEST.check(before, state)
     request.state = state
     request.decided_by = actor.as_dict()
     request.decided_at = timezone.now()

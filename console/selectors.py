@@ -19,12 +19,19 @@ from django.utils import timezone
 from approvals.models import Approval, ApprovalRequest, RequestState
 from core.api import pagination
 from core.api.pagination import decode_cursor
-from core.audit import Actor
+from core.audit import Actor, Verb
 from core.errors import ValidationFailed
 from core.models import AuditEvent, Membership, Role, Tool
 from runs.models import Action, Attempt, Reconciliation, Replay, Run
 from runs.services import GATEWAY_CALLED, replay_verdict, tools_executed
-from runs.states import OPEN_FOR_HUMANS, TERMINAL, ActionState
+from runs.states import (
+    BLOCK_REASON_MEANING,
+    OPEN_FOR_HUMANS,
+    TERMINAL,
+    VERDICT_MEANING,
+    ActionState,
+    Verdict,
+)
 
 PAGE_SIZE = 50
 
@@ -249,31 +256,19 @@ def queue_rows_queryset(filters: QueueFilters, base=None):
     )
 
 
-BLOCK_REASONS = {
-    "approval_expired": "approval expired",
-    "approval_consumed": "approval already used",
-    "approval_mismatch": "approval for a different intent",
-    "approval_denied": "approval denied",
-    "approval_revoked": "approval revoked",
-    "approval_not_found": "approval not found",
-}
-
-
 def queue_reason(action) -> str:
     """One line saying why this action is waiting for a person."""
     if action.state == ActionState.AWAITING_APPROVAL:
         return "waiting for an approver"
     if action.state == ActionState.BLOCKED:
-        return BLOCK_REASONS.get(action.block_reason, action.block_reason)
+        return BLOCK_REASON_MEANING.get(action.block_reason, action.block_reason)
     verdict = getattr(action, "last_verdict", None)
     if action.state == ActionState.NEEDS_HUMAN:
-        if verdict == "mismatch":
+        if verdict == Verdict.MISMATCH:
             fields = ", ".join(d.get("field", "?") for d in (action.last_diff or []))
-            return f"authoritative state differs: {fields}"
-        if verdict == "moved_on":
-            return "state matches, but the version moved on"
-        if verdict == "missing":
-            return "target does not exist"
+            return f"{VERDICT_MEANING[verdict]}: {fields}"
+        if verdict in {Verdict.MOVED_ON, Verdict.MISSING}:
+            return VERDICT_MEANING[verdict]
         return "outcome not proven"
     # unknown
     if verdict == "read_failed":
@@ -324,30 +319,8 @@ class TimelineEntry:
     lines: list = field(default_factory=list)
 
 
-VERB_TITLES = {
-    "action.propose": "Proposed",
-    "action.queued": "Queued for dispatch",
-    "action.dispatching": "Claimed for dispatch",
-    "action.succeeded": "Succeeded",
-    "action.failed": "Failed",
-    "action.unknown": "Outcome unknown",
-    "action.needs_human": "Handed to a person",
-    "action.blocked": "Blocked",
-    "action.claim": "Claimed by an operator",
-    "action.acknowledge": "Blocked action acknowledged",
-    "action.release": "Claim released",
-    "action.recheck": "Re-checked by hand",
-    "action.reconcile_failed": "Reconciliation read failed",
-    "approval_request.open": "Approval requested",
-    "approval_request.grant": "Approval request granted",
-    "approval_request.deny": "Approval request denied",
-    "approval_request.expire": "Approval request expired",
-    "approval.grant": "Approval granted",
-    "approval.consume": "Approval consumed",
-    "approval.revoke": "Approval revoked",
-    "ledger.reserve": "Idempotency key reserved",
-    "ledger.revoke": "Ledger entry revoked",
-}
+# What each verb means to a person is declared once, with the verb (core.audit.Verb).
+VERB_TITLES = {verb.value: verb.label for verb in Verb}
 VERB_TONES = {
     "action.succeeded": "good",
     "action.failed": "bad",
@@ -376,16 +349,6 @@ VERDICT_TONES = {
     "lookup_applied": "good",
     "lookup_not_found": "warn",
     "lookup_failed": "warn",
-}
-VERDICT_LABELS = {
-    "match": "matches the desired state",
-    "mismatch": "differs from the desired state",
-    "moved_on": "matches, but the version moved on",
-    "missing": "target does not exist",
-    "read_failed": "read failed",
-    "lookup_applied": "the tool reports it applied the key",
-    "lookup_not_found": "the tool reports it never received the key",
-    "lookup_failed": "the tool's lookup could not tell",
 }
 EFFECT_MEANINGS = {
     "read_only": "No side effect: no approval, no ledger key, never at risk in a replay; an "
@@ -503,7 +466,7 @@ def action_timeline(attempts, reads, events) -> list[TimelineEntry]:
         if r.diff:
             lines.append("differs: " + ", ".join(d["field"] for d in r.diff))
         who = r.actor or {}
-        label = VERDICT_LABELS.get(r.verdict, r.verdict)
+        label = VERDICT_MEANING.get(r.verdict, r.verdict)
         title = f"Reconciliation read: {label}"
         if r.kind == "lookup":
             title = f"Lookup of the key: {label}"
@@ -880,18 +843,8 @@ def audit_actors(tenant) -> list[str]:
     )
 
 
-# Suggestions for the audit filter (a datalist; any verb may be typed). "x." means a prefix.
-AUDIT_VERBS = sorted(
-    {
-        *VERB_TITLES,
-        *("action.", "approval.", "approval_request.", "ledger.", "run."),
-        *("force_replay", "run.replay", "run.start", "run.claim", "run.success", "run.error"),
-        *("run.cancelled", "tool.create", "principal.create", "operator.grant_role"),
-        *("token.issue", "token.revoke", "token.rotate", "audit.archive"),
-        *("action.acknowledge", "force_replay.", "force_replay.request", "force_replay.confirm"),
-        *("force_replay.reject", "tenant.settings"),
-    }
-)
+# The audit filter's pick list: every verb Takeover writes, and each family as a prefix.
+AUDIT_VERBS = sorted([*Verb.values, *Verb.families()])
 
 
 @dataclass

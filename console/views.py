@@ -36,7 +36,7 @@ from core.models import Role
 from core.services import tenant_settings_update
 from runs import dispatch, services
 from runs.models import ForceReplayRequest, ForceRequestState, Replay
-from runs.states import OPEN_FOR_HUMANS, ActionState
+from runs.states import OPEN_FOR_HUMANS, VERDICT_MEANING, ActionState
 
 from . import selectors as sel
 from .forms import (
@@ -531,7 +531,7 @@ def action_recheck(request, pk):
         # The page's own re-read on opening: the live region shows the new read.
         return HttpResponse(status=204)
     read = action.reconciliations.order_by("-at", "-id").first()
-    verdict = sel.VERDICT_LABELS.get(read.verdict, read.verdict) if read else "no read"
+    verdict = VERDICT_MEANING.get(read.verdict, read.verdict) if read else "no read"
     text = (
         f"Re-checked the authoritative state: {verdict}. "
         f"The action is {action.get_state_display().lower()}."

@@ -7,12 +7,74 @@ its own transaction (docs/design.md, invariant 8).
 import uuid
 from dataclasses import dataclass
 
+from django.db import models
 from django.utils import timezone
 
 from .logs import request_id_var
 from .models import AuditEvent
 
-__all__ = ["SYSTEM", "Actor", "audit", "new_request_id", "request_id_var"]
+__all__ = ["SYSTEM", "Actor", "Verb", "audit", "new_request_id", "request_id_var"]
+
+
+class Verb(models.TextChoices):
+    """Every audit verb Takeover writes, declared once, with what it means to a person (the
+    label: the console's timeline and audit filter show it). `audit()` refuses any other."""
+
+    ACTION_PROPOSE = "action.propose", "Proposed"
+    ACTION_QUEUED = "action.queued", "Queued for dispatch"
+    ACTION_DISPATCHING = "action.dispatching", "Claimed for dispatch"
+    ACTION_SUCCEEDED = "action.succeeded", "Succeeded"
+    ACTION_FAILED = "action.failed", "Failed"
+    ACTION_UNKNOWN = "action.unknown", "Outcome unknown"
+    ACTION_NEEDS_HUMAN = "action.needs_human", "Handed to a person"
+    ACTION_BLOCKED = "action.blocked", "Blocked"
+    ACTION_CLAIM = "action.claim", "Claimed by an operator"
+    ACTION_CLAIM_TAKE_OVER = "action.claim_take_over", "Claim taken over"
+    ACTION_RELEASE = "action.release", "Claim released"
+    ACTION_ACKNOWLEDGE = "action.acknowledge", "Blocked action acknowledged"
+    ACTION_RECHECK = "action.recheck", "Re-checked by hand"
+    ACTION_RECONCILE_FAILED = "action.reconcile_failed", "Reconciliation read failed"
+    APPROVAL_GRANT = "approval.grant", "Approval granted"
+    APPROVAL_CONSUME = "approval.consume", "Approval consumed"
+    APPROVAL_REVOKE = "approval.revoke", "Approval revoked"
+    APPROVAL_REQUEST_OPEN = "approval_request.open", "Approval requested"
+    APPROVAL_REQUEST_GRANT = "approval_request.grant", "Approval request granted"
+    APPROVAL_REQUEST_DENY = "approval_request.deny", "Approval request denied"
+    APPROVAL_REQUEST_EXPIRE = "approval_request.expire", "Approval request expired"
+    LEDGER_RESERVE = "ledger.reserve", "Idempotency key reserved"
+    LEDGER_REVOKE = "ledger.revoke", "Ledger entry revoked"
+    IDEMPOTENCY_CONFLICT = "idempotency.conflict", "Idempotency key reused for another intent"
+    RUN_START = "run.start", "Run started"
+    RUN_CLAIM = "run.claim", "Run claimed by a runtime"
+    RUN_SUCCESS = "run.success", "Run succeeded"
+    RUN_ERROR = "run.error", "Run ended in error"
+    RUN_CANCELLED = "run.cancelled", "Run cancelled"
+    RUN_REPLAY = "run.replay", "Replay created"
+    FORCE_REPLAY = "force_replay", "Replay forced"
+    FORCE_REPLAY_REQUEST = "force_replay.request", "Force replay asked for (four eyes)"
+    FORCE_REPLAY_CONFIRM = "force_replay.confirm", "Force replay confirmed by a second admin"
+    FORCE_REPLAY_REJECT = "force_replay.reject", "Force replay rejected"
+    TENANT_CREATE = "tenant.create", "Tenant created"
+    TENANT_SETTINGS = "tenant.settings", "Tenant settings changed"
+    PRINCIPAL_CREATE = "principal.create", "Principal created"
+    OPERATOR_GRANT_ROLE = "operator.grant_role", "Operator given a role"
+    TOOL_CREATE = "tool.create", "Tool registered"
+    TOOL_UPDATE = "tool.update", "Tool changed"
+    TOOL_DECLARE = "tool.declare", "Tool's declarations (effect, lookup) changed"
+    TOKEN_ISSUE = "token.issue", "API token issued"
+    TOKEN_REVOKE = "token.revoke", "API token revoked"
+    TOKEN_ROTATE = "token.rotate", "API token rotated"
+    AUDIT_ARCHIVE = "audit.archive", "Archived"
+
+    @classmethod
+    def families(cls) -> list[str]:
+        """The prefixes the audit filters accept ("action." = every action verb)."""
+        return sorted({v.split(".")[0] + "." for v in cls.values if "." in v})
+
+
+def verb_for_state(kind: str, state: str) -> str:
+    """The verb of a move into `state` ("action" + "succeeded" → "action.succeeded")."""
+    return Verb(f"{kind}.{state}").value
 
 
 @dataclass(frozen=True)
@@ -80,6 +142,8 @@ def audit_fields(
     object_type: str | None = None,
     request_id: str | None = None,
 ) -> dict:
+    if verb not in Verb.values:
+        raise ValueError(f"Unknown audit verb {verb!r}: declare it in core.audit.Verb.")
     return dict(
         tenant_id=tenant.pk if tenant is not None else getattr(obj, "tenant_id", None),
         at=timezone.now(),
@@ -98,7 +162,7 @@ def audit_fields(
 
 # --- the one way out of the audit log ------------------------------------------------------
 
-ARCHIVE_VERB = "audit.archive"
+ARCHIVE_VERB = Verb.AUDIT_ARCHIVE
 AUDIT_TRIGGER = "core.AuditEvent:audit_append_only"
 
 

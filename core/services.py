@@ -7,7 +7,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from .audit import Actor, audit
+from .audit import Actor, Verb, audit
 from .errors import StateConflict, ValidationFailed
 from .models import ApiToken, Membership, Principal, Role, Tenant, Tool, ToolEffect
 
@@ -17,7 +17,7 @@ def tenant_create(*, slug: str, name: str = "", actor: Actor) -> Tenant:
         if Tenant.objects.filter(slug=slug).exists():
             raise StateConflict(f"Tenant {slug!r} already exists.")
         tenant = Tenant.objects.create(slug=slug, name=name or slug)
-        audit(actor=actor, verb="tenant.create", obj=tenant, tenant=tenant, after={"slug": slug})
+        audit(actor=actor, verb=Verb.TENANT_CREATE, obj=tenant, tenant=tenant, after={"slug": slug})
     return tenant
 
 
@@ -28,7 +28,7 @@ def principal_create(*, tenant: Tenant, name: str, actor: Actor) -> tuple[Princi
             raise StateConflict(f"Principal {name!r} already exists in {tenant.slug}.")
         principal = Principal.objects.create(tenant=tenant, name=name)
         _token, raw = ApiToken.issue(principal=principal)
-        audit(actor=actor, verb="principal.create", obj=principal, after={"name": name})
+        audit(actor=actor, verb=Verb.PRINCIPAL_CREATE, obj=principal, after={"name": name})
     return principal, raw
 
 
@@ -56,7 +56,7 @@ def operator_create(
         _token, raw = ApiToken.issue(user=user)
         audit(
             actor=actor,
-            verb="operator.grant_role",
+            verb=Verb.OPERATOR_GRANT_ROLE,
             obj=membership,
             tenant=tenant,
             after={"username": username, "role": role},
@@ -95,7 +95,7 @@ def tool_create(
         )
         audit(
             actor=actor,
-            verb="tool.create",
+            verb=Verb.TOOL_CREATE,
             obj=tool,
             after={
                 "name": name,
@@ -129,7 +129,9 @@ def token_issue(
         token, raw = ApiToken.issue(
             principal=principal, user=user, name=name, expires_at=expires_at
         )
-        audit(actor=actor, verb="token.issue", obj=token, tenant=tenant, after=_token_facts(token))
+        audit(
+            actor=actor, verb=Verb.TOKEN_ISSUE, obj=token, tenant=tenant, after=_token_facts(token)
+        )
     return token, raw
 
 
@@ -145,7 +147,7 @@ def token_revoke(token: ApiToken, *, tenant: Tenant, actor: Actor, reason: str =
         token.refresh_from_db()
         audit(
             actor=actor,
-            verb="token.revoke",
+            verb=Verb.TOKEN_REVOKE,
             obj=token,
             tenant=tenant,
             before={"state": "active"},
@@ -201,7 +203,7 @@ def token_rotate(
             old.save(update_fields=["revoked_at"])
         audit(
             actor=actor,
-            verb="token.rotate",
+            verb=Verb.TOKEN_ROTATE,
             obj=old,
             tenant=tenant,
             before=_token_facts(old) | {"id": str(old.pk)},
@@ -277,7 +279,12 @@ def tool_update(tool: Tool, *, actor: Actor, reason: str = "", **changes) -> Too
             setattr(tool, name, value)
         tool.save(update_fields=list(changes))
         audit(
-            actor=actor, verb="tool.update", obj=tool, before=before, after=changes, reason=reason
+            actor=actor,
+            verb=Verb.TOOL_UPDATE,
+            obj=tool,
+            before=before,
+            after=changes,
+            reason=reason,
         )
     return tool
 
@@ -313,7 +320,7 @@ def tool_declare(
         tool.save(update_fields=["effect", "lookup", "declared_by", "declared_at"])
         audit(
             actor=actor,
-            verb="tool.declare",
+            verb=Verb.TOOL_DECLARE,
             obj=tool,
             before=before,
             after=after,
@@ -337,7 +344,7 @@ def tenant_settings_update(tenant: Tenant, *, actor: Actor, **changes) -> Tenant
         tenant.save(update_fields=list(changes))
         audit(
             actor=actor,
-            verb="tenant.settings",
+            verb=Verb.TENANT_SETTINGS,
             obj=tenant,
             tenant=tenant,
             before=before,

@@ -10,14 +10,9 @@ import uuid
 from django.db import models
 from django.db.models import Q
 
+from .states import LedgerStatus
 
-class LedgerStatus(models.TextChoices):
-    RESERVED = "reserved"  # key taken, effect not attempted yet (may still be)
-    IN_FLIGHT = "in_flight"  # a dispatch is under way
-    APPLIED = "applied"
-    FAILED = "failed"  # the tool said no, or the request provably never left
-    UNKNOWN = "unknown"  # may have been applied; not proven either way
-    VOID = "void"  # never dispatched and never will be (blocked)
+__all__ = ["LedgerEntry", "LedgerStatus"]
 
 
 class LedgerEntry(models.Model):

@@ -5,10 +5,11 @@ import uuid
 from django.db import connection, transaction
 from django.utils import timezone
 
-from core.audit import Actor, audit
+from core.audit import Actor, Verb, audit
 from core.errors import StateConflict
 
 from .models import LedgerEntry, LedgerStatus
+from .states import LEDGER
 
 # An entry may be revoked only when the effect can no longer fire under this key.
 REVOCABLE = {LedgerStatus.APPLIED, LedgerStatus.FAILED, LedgerStatus.UNKNOWN, LedgerStatus.VOID}
@@ -90,7 +91,7 @@ def ledger_reserve(
 def ledger_reserve_audit(entry: LedgerEntry, *, actor: Actor) -> dict:
     return {
         "actor": actor,
-        "verb": "ledger.reserve",
+        "verb": Verb.LEDGER_RESERVE,
         "obj": entry,
         "after": {
             "key": entry.key,
@@ -100,16 +101,33 @@ def ledger_reserve_audit(entry: LedgerEntry, *, actor: Actor) -> dict:
     }
 
 
-def ledger_set_status(entry_id, status: str) -> None:
-    """Mirror the owning action's progress; audited by the action's own transition."""
-    LedgerEntry.objects.filter(pk=entry_id).update(status=status, updated_at=timezone.now())
+def ledger_set_status(entry_id, status: str, *, source: str) -> None:
+    """Mirror the owning action's move, `source` → `status`, checked against the ledger's
+    table (`ledger/states.py`); audited by the action's own transition, in its transaction.
+    A move of the action that leaves the entry where it is (unknown → needs_human) writes
+    nothing."""
+    ledger_set_status_many([entry_id], status, source=source)
 
 
-def ledger_set_status_many(entry_ids, status: str) -> None:
-    if entry_ids:
-        LedgerEntry.objects.filter(pk__in=entry_ids).update(
-            status=status, updated_at=timezone.now()
-        )
+def ledger_set_status_many(entry_ids, status: str, *, source: str) -> None:
+    if status == source or not entry_ids:
+        return
+    LEDGER.check(source, status)
+    LedgerEntry.objects.filter(pk__in=entry_ids).update(status=status, updated_at=timezone.now())
+
+
+def ledger_hold_live(entry_id) -> bool:
+    """Lock an entry for the rest of the caller's transaction; False if it was revoked.
+
+    For a caller about to let the effect fire again under this key (a resend): the lock
+    orders it against `ledger_revoke`, which locks the same row, so either the revocation
+    comes first and nothing is sent, or the entry is in flight first and cannot be revoked.
+    """
+    return (
+        LedgerEntry.objects.select_for_update(no_key=True)
+        .filter(pk=entry_id, revoked_at__isnull=True)
+        .exists()
+    )
 
 
 def ledger_revoke(entry: LedgerEntry, *, actor: Actor, reason: str) -> LedgerEntry:
@@ -129,7 +147,7 @@ def ledger_revoke(entry: LedgerEntry, *, actor: Actor, reason: str) -> LedgerEnt
         entry.save(update_fields=["revoked_at", "revoked_reason", "revoked_by", "updated_at"])
         audit(
             actor=actor,
-            verb="ledger.revoke",
+            verb=Verb.LEDGER_REVOKE,
             obj=entry,
             before={"revoked": False},
             after={"revoked": True, "key": entry.key, "generation": entry.generation},

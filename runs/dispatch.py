@@ -38,7 +38,7 @@ from django.utils import timezone
 
 from approvals import services as approvals
 from core import metrics, otel
-from core.audit import DISPATCHER, RECONCILER, SWEEPER, Actor, audit, request_id_var
+from core.audit import DISPATCHER, RECONCILER, SWEEPER, Actor, Verb, audit, request_id_var
 from core.logs import log_context, traceparent
 
 from .models import Action, Attempt, Reconciliation
@@ -643,7 +643,7 @@ def _record_lookup(action: Action, found: Lookup, *, actor: Actor) -> Action:
         else:  # a person's re-check of needs_human (or a resend in flight): recorded only
             audit(
                 actor=actor,
-                verb="action.recheck",
+                verb=Verb.ACTION_RECHECK,
                 obj=locked,
                 before={"state": locked.state},
                 after={"state": locked.state, "verdict": found.verdict},
@@ -703,7 +703,7 @@ def _reconcile(
         if action.state != S.UNKNOWN:
             audit(
                 actor=actor,
-                verb="action.recheck",
+                verb=Verb.ACTION_RECHECK,
                 obj=action,
                 before={"state": action.state},
                 after={"state": action.state, "verdict": verdict},
@@ -725,7 +725,7 @@ def _reconcile(
             )
             audit(
                 actor=actor,
-                verb="action.reconcile_failed",
+                verb=Verb.ACTION_RECONCILE_FAILED,
                 obj=action,
                 before={"state": S.UNKNOWN},
                 after={"state": S.UNKNOWN, "reconcile_failures": failures},

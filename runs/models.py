@@ -21,6 +21,7 @@ from .states import (
     AttemptOutcome,
     BlockReason,
     FailureReason,
+    ForceRequestState,
     ReadKind,
     Resolution,
     RunStatus,
@@ -280,12 +281,6 @@ class IdempotencyConflict(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["tenant", "-at"], name="conflict_recent")]
-
-
-class ForceRequestState(models.TextChoices):
-    PENDING = "pending"
-    CONFIRMED = "confirmed"
-    REJECTED = "rejected"
 
 
 class ForceReplayRequest(models.Model):

@@ -17,7 +17,7 @@ from psycopg.types.json import Jsonb
 
 from approvals import services as approvals
 from approvals.models import Approval, ApprovalRequest, RequestState
-from core.audit import Actor, audit, audit_many, request_id_var
+from core.audit import Actor, Verb, audit, audit_many, request_id_var, verb_for_state
 from core.canonical import canonical_json, fingerprint
 from core.errors import (
     IdempotencyConflict,
@@ -30,17 +30,23 @@ from core.errors import (
 from core.models import Tool, ToolEffect
 from ledger.models import LedgerStatus
 from ledger.services import (
+    ledger_hold_live,
     ledger_live_entry,
     ledger_reserve,
     ledger_reserve_audit,
     ledger_set_status,
     ledger_set_status_many,
 )
+from ledger.states import LEDGER
 
 from .models import Action, Attempt, ForceReplayRequest, ForceRequestState, Replay, Run
 from .notify import CHANNEL, notify_settled
 from .states import (
+    ACTION,
+    DECLARED_MOVES,
+    FORCE_REQUEST,
     IN_PROGRESS,
+    RUN,
     AttemptKind,
     BlockReason,
     Resolution,
@@ -63,6 +69,17 @@ LEDGER_STATUS_FOR = {
 }
 
 
+def _check_ledger_mirror():
+    """Every move of the action table lands on a legal move of the ledger's (or none)."""
+    for source, targets in ACTION.table.items():
+        for target in targets:
+            a, b = LEDGER_STATUS_FOR[source], LEDGER_STATUS_FOR[target]
+            assert a == b or LEDGER.can(a, b), f"action {source}->{target}: ledger {a}->{b}"
+
+
+_check_ledger_mirror()
+
+
 def enqueue_dispatch() -> None:
     """Wake a worker once the surrounding transaction commits (never inside it).
 
@@ -74,15 +91,30 @@ def enqueue_dispatch() -> None:
     transaction.on_commit(wake_workers, robust=True)
 
 
-def action_move(action: Action, to: str, *, actor: Actor, reason: str = "", **fields) -> bool:
+def action_move(
+    action: Action,
+    to: str,
+    *,
+    actor: Actor,
+    reason: str = "",
+    declared: str | None = None,
+    note: dict | None = None,
+    **fields,
+) -> bool:
     """Move `action` from the state it was read in to `to`, if nobody moved it first.
 
     A conditional UPDATE checked by row count: the loser of a race gets False and changes
     nothing. Writes the audit event and mirrors the ledger in the same transaction, and
     tells `?wait` listeners when the action leaves the in-progress states.
+
+    `declared`: the tool's effect declaration, for a move that only a declaration allows
+    (`states.DECLARED_MOVES`: a resend); `note`: more for the audit event's `after`.
     """
     source = action.state
-    check_move(source, to)
+    if declared is None:
+        check_move(source, to)
+    else:
+        check_declared_move(source, to, effect=declared)
     now = timezone.now()
     updated = Action.objects.filter(pk=action.pk, state=source).update(
         state=to, updated_at=now, **fields
@@ -95,14 +127,16 @@ def action_move(action: Action, to: str, *, actor: Actor, reason: str = "", **fi
         setattr(action, name, value)
     audit(
         actor=actor,
-        verb=f"action.{to}",
+        verb=verb_for_state("action", to),
         obj=action,
         before={"state": source},
-        after=_after(to, fields),
+        after=_after(to, fields) | (note or {}),
         reason=reason,
     )
     if action.ledger_entry_id is not None:  # a read_only tool's action has no ledger entry
-        ledger_set_status(action.ledger_entry_id, LEDGER_STATUS_FOR[to])
+        ledger_set_status(
+            action.ledger_entry_id, LEDGER_STATUS_FOR[to], source=LEDGER_STATUS_FOR[source]
+        )
     if to not in IN_PROGRESS:
         notify_settled([action.pk])
     return True
@@ -165,6 +199,7 @@ def action_settle_dispatch(
     is no longer dispatching (or its attempt was already closed by the sweeper): nothing
     was written, and the caller records the late answer its own way."""
     check_move(S.DISPATCHING, to)
+    LEDGER.check(LEDGER_STATUS_FOR[S.DISPATCHING], LEDGER_STATUS_FOR[to])
     now = timezone.now()
     next_reconcile_at = now if to == S.UNKNOWN else None
     with connection.cursor() as cursor:
@@ -185,7 +220,7 @@ def action_settle_dispatch(
                 "audit_id": uuid.uuid4(),
                 "actor_kind": actor.kind,
                 "actor_name": actor.name,
-                "verb": f"action.{to}",
+                "verb": verb_for_state("action", to),
                 "before": Jsonb({"state": S.DISPATCHING}),
                 "after": Jsonb(_after(to, fields)),
                 "reason": reason,
@@ -243,7 +278,7 @@ def actions_move_batch(
         [
             {
                 "actor": actor,
-                "verb": f"action.{to}",
+                "verb": verb_for_state("action", to),
                 "obj": a,
                 "before": {"state": source},
                 "after": _after(to, fields),
@@ -254,7 +289,9 @@ def actions_move_batch(
         ]
     )
     ledger_set_status_many(
-        [a.ledger_entry_id for a in moved if a.ledger_entry_id is not None], LEDGER_STATUS_FOR[to]
+        [a.ledger_entry_id for a in moved if a.ledger_entry_id is not None],
+        LEDGER_STATUS_FOR[to],
+        source=LEDGER_STATUS_FOR[source],
     )
     if to not in IN_PROGRESS:
         notify_settled([a.pk for a in moved])
@@ -262,6 +299,43 @@ def actions_move_batch(
 
 
 # --- runs -----------------------------------------------------------------------------
+
+# The verb of each move of a run (pending → running is a runtime claiming a replay).
+RUN_VERBS = {
+    RunStatus.RUNNING: Verb.RUN_CLAIM,
+    RunStatus.SUCCESS: Verb.RUN_SUCCESS,
+    RunStatus.ERROR: Verb.RUN_ERROR,
+    RunStatus.CANCELLED: Verb.RUN_CANCELLED,
+}
+
+
+def run_move(
+    run: Run, to: str, *, actor: Actor, reason: str = "", after=None, where=None, **fields
+) -> bool:
+    """Move `run` from the status it was read in to `to`, if nobody moved it first: the
+    run's one guarded move (the table is `runs.states.RUN`). A conditional UPDATE checked by
+    row count (`where` adds conditions, such as the reaper's stale heartbeat), with its
+    audit event in the same transaction. The loser of a race gets False and writes nothing.
+    """
+    source = run.status
+    RUN.check(source, to)
+    updated = Run.objects.filter(pk=run.pk, status=source, **(where or {})).update(
+        status=to, **fields
+    )
+    if updated != 1:
+        return False
+    run.status = to
+    for name, value in fields.items():
+        setattr(run, name, value)
+    audit(
+        actor=actor,
+        verb=RUN_VERBS[to],
+        obj=run,
+        before={"status": source},
+        after={"status": to, **(after or {})},
+        reason=reason,
+    )
+    return True
 
 
 def run_start(
@@ -292,7 +366,7 @@ def run_start(
         run.save()
         audit(
             actor=actor,
-            verb="run.start",
+            verb=Verb.RUN_START,
             obj=run,
             after={"status": run.status, "trigger": trigger, "input_sha256": run.input_sha256},
         )
@@ -338,29 +412,20 @@ def run_finish(
     """
     if status not in {RunStatus.SUCCESS, RunStatus.ERROR, RunStatus.CANCELLED}:
         raise StateConflict(f"A run cannot finish as {status}.")
+    reported = sorted(set(tools_called)) if tools_called is not None else None
+    now = timezone.now()
     with transaction.atomic():
         run = _lock_running_run(run.pk, run.principal)
-        before = run.status
-        run.status = status
-        run.error_message = error_message
-        run.tools_reported = sorted(set(tools_called)) if tools_called is not None else None
-        run.finished_at = run.heartbeat_at = timezone.now()
-        run.save(
-            update_fields=[
-                "status",
-                "error_message",
-                "tools_reported",
-                "finished_at",
-                "heartbeat_at",
-            ]
-        )
-        audit(
+        run_move(
+            run,
+            status,
             actor=actor,
-            verb=f"run.{status}",
-            obj=run,
-            before={"status": before},
-            after={"status": status, "tools_called": run.tools_reported},
             reason=error_message,
+            after={"tools_called": reported},
+            error_message=error_message,
+            tools_reported=reported,
+            finished_at=now,
+            heartbeat_at=now,
         )
     return run
 
@@ -444,7 +509,7 @@ def idempotency_conflict_record(
         )
         audit(
             actor=actor,
-            verb="idempotency.conflict",
+            verb=Verb.IDEMPOTENCY_CONFLICT,
             obj=conflict,
             tenant=run.tenant,
             after={"key": key, "existing_action": str(conflict.existing_action_id)},
@@ -588,7 +653,7 @@ def _read_action_create(
         )
         audit(
             actor=actor,
-            verb="action.propose",
+            verb=Verb.ACTION_PROPOSE,
             obj=action,
             reason=reason,
             after={
@@ -678,7 +743,7 @@ def _create_action(
             ledger_reserve_audit(entry, actor=actor),
             {
                 "actor": actor,
-                "verb": "action.propose",
+                "verb": Verb.ACTION_PROPOSE,
                 "obj": action,
                 "reason": reason,
                 "after": {
@@ -691,7 +756,7 @@ def _create_action(
         ]
     )
     if state == S.BLOCKED:
-        ledger_set_status(entry.pk, LedgerStatus.VOID)
+        ledger_set_status(entry.pk, LedgerStatus.VOID, source=LedgerStatus.RESERVED)
     if state == S.QUEUED:
         enqueue_dispatch()
     return action
@@ -847,7 +912,7 @@ def action_acknowledge(action: Action, *, note: str = "", actor: Actor) -> Actio
             )
         audit(
             actor=actor,
-            verb="action.acknowledge",
+            verb=Verb.ACTION_ACKNOWLEDGE,
             obj=action,
             before={"state": S.BLOCKED, "acknowledged": False},
             after={"state": S.BLOCKED, "acknowledged": True},
@@ -886,7 +951,7 @@ def action_claim_for_operator(
                 }
             audit(
                 actor=actor,
-                verb="action.claim" if take_over_from is None else "action.claim_take_over",
+                verb=Verb.ACTION_CLAIM if take_over_from is None else "action.claim_take_over",
                 obj=action,
                 before=before,
                 after={"claimed_by": user.get_username()},
@@ -901,7 +966,7 @@ def action_release_claim(action: Action, *, user, actor: Actor) -> Action:
         ):
             audit(
                 actor=actor,
-                verb="action.release",
+                verb=Verb.ACTION_RELEASE,
                 obj=action,
                 before={"claimed_by": user.get_username()},
             )
@@ -934,7 +999,8 @@ def action_resend_start(action: Action, *, actor: Actor):
     Idempotency-Key, when the tool's declaration allows it (`states.DECLARED_MOVES`: an
     `idempotent` tool applies a key at most once; a `read_only` one has no effect to apply).
     Returns the new attempt, opened and committed before the call (invariant 1), or None
-    when the action is no longer unknown or the declaration no longer allows it.
+    when the action is no longer unknown, the declaration no longer allows it, or an admin
+    revoked its ledger entry (the effect was undone: its key must not fire again).
 
     The declaration is read under FOR SHARE in this transaction, so an admin's change
     (`tool_declare` locks the row) is either seen here or waits for this claim: the copy
@@ -952,53 +1018,59 @@ def action_resend_start(action: Action, *, actor: Actor):
             "declared_by": declared_by,
             "declared_at": declared_at.isoformat() if declared_at else None,
         }
-        try:
-            check_declared_move(S.UNKNOWN, S.DISPATCHING, effect=effect)
-        except StateConflict:
+        if not ACTION_RESENDS.get(effect):
             return None  # re-declared unsafe since the decision to resend: never re-sent
-        now = timezone.now()
-        updated = Action.objects.filter(pk=action.pk, state=S.UNKNOWN).update(
-            state=S.DISPATCHING,
-            updated_at=now,
-            lease_expires_at=now + resend_lease_for(action.tool),
-            next_reconcile_at=None,
-        )
-        if updated != 1:
-            return None  # settled, resolved or resent by someone else meanwhile
+        if action.ledger_entry_id is not None and not ledger_hold_live(action.ledger_entry_id):
+            return None
         last = Attempt.objects.filter(action_id=action.pk).order_by("-number").first()
-        attempt = Attempt.objects.create(
-            action_id=action.pk,
-            number=(last.number if last else 0) + 1,
-            started_at=now,
-            kind=AttemptKind.RESEND,
-            declaration=declaration,
-        )
-        action.state, action.updated_at, action.next_reconcile_at = S.DISPATCHING, now, None
-        why = {
-            "idempotent": "it declares that it applies one Idempotency-Key at most once and "
-            "answers a repeat with the first result",
-            "read_only": "it declares it has no side effect",
-        }[effect]
+        number = (last.number if last else 0) + 1
+        now = timezone.now()
         who = declared_by or {}
-        audit(
+        moved = action_move(
+            action,
+            S.DISPATCHING,
             actor=actor,
-            verb=f"action.{S.DISPATCHING}",
-            obj=action,
-            before={"state": S.UNKNOWN},
-            after={
-                "state": S.DISPATCHING,
-                "attempt": attempt.number,
+            reason=f"resent with the same Idempotency-Key: {action.tool.name} is declared "
+            f"{effect} ({ACTION_RESENDS[effect]}; declared by "
+            f"{who.get('kind', '?')}:{who.get('name', '?')})",
+            declared=effect,
+            note={
+                "attempt": number,
                 "kind": AttemptKind.RESEND,
                 "idempotency_key": action.idempotency_key,
                 "declaration": declaration,
             },
-            reason=f"resent with the same Idempotency-Key: {action.tool.name} is declared "
-            f"{effect} ({why}; declared by {who.get('kind', '?')}:{who.get('name', '?')})",
-            request_id=action.request_id or None,
+            lease_expires_at=now + resend_lease_for(action.tool),
+            next_reconcile_at=None,
         )
-        if action.ledger_entry_id is not None:
-            ledger_set_status(action.ledger_entry_id, LEDGER_STATUS_FOR[S.DISPATCHING])
-    return attempt
+        if not moved:
+            return None  # settled, resolved or resent by someone else meanwhile
+        return Attempt.objects.create(
+            action_id=action.pk,
+            number=number,
+            started_at=now,
+            kind=AttemptKind.RESEND,
+            declaration=declaration,
+        )
+
+
+# Why each declaration that allows a resend makes it harmless, in the audit event's words.
+ACTION_RESENDS = {
+    "idempotent": "it declares that it applies one Idempotency-Key at most once and answers "
+    "a repeat with the first result",
+    "read_only": "it declares it has no side effect",
+}
+
+
+def _check_declared_moves():
+    """Every declared move lands on a legal move of the ledger's, like the table's."""
+    for (source, target), effects in DECLARED_MOVES.items():
+        a, b = LEDGER_STATUS_FOR[source], LEDGER_STATUS_FOR[target]
+        assert a == b or LEDGER.can(a, b), f"action {source}->{target}: ledger {a}->{b}"
+        assert effects == set(ACTION_RESENDS), "say why each declaration allows the move"
+
+
+_check_declared_moves()
 
 
 # --- claiming, reaping and replaying runs ------------------------------------------------
@@ -1020,16 +1092,14 @@ def run_claim(*, principal, actor: Actor) -> Run | None:
         if run is None:
             return None
         now = timezone.now()
-        Run.objects.filter(pk=run.pk, status=RunStatus.PENDING).update(
-            status=RunStatus.RUNNING, started_at=now, heartbeat_at=now, attempts=run.attempts + 1
-        )
-        run.refresh_from_db()
-        audit(
+        run_move(
+            run,
+            RunStatus.RUNNING,
             actor=actor,
-            verb="run.claim",
-            obj=run,
-            before={"status": RunStatus.PENDING},
-            after={"status": RunStatus.RUNNING, "attempts": run.attempts},
+            after={"attempts": run.attempts + 1},
+            started_at=now,
+            heartbeat_at=now,
+            attempts=run.attempts + 1,
         )
     return run
 
@@ -1047,29 +1117,25 @@ def runs_reap_stale(*, actor: Actor, limit: int = 500) -> int:
     """
     now = timezone.now()
     cutoff = now - timedelta(seconds=settings.RUN_STALE_AFTER)
-    ids = list(
+    stale = list(
         Run.objects.filter(status=RunStatus.RUNNING, heartbeat_at__lt=cutoff).values_list(
-            "pk", flat=True
+            "pk", "tenant_id"
         )[:limit]
     )
     reaped = 0
     message = stale_message()
-    for run_id in ids:
+    for run_id, tenant_id in stale:
+        run = Run(pk=run_id, tenant_id=tenant_id, status=RunStatus.RUNNING)
         with transaction.atomic():
-            updated = Run.objects.filter(
-                pk=run_id, status=RunStatus.RUNNING, heartbeat_at__lt=cutoff
-            ).update(status=RunStatus.ERROR, error_message=message, finished_at=now)
-            if updated == 1:
-                run = Run.objects.get(pk=run_id)
-                audit(
-                    actor=actor,
-                    verb="run.error",
-                    obj=run,
-                    before={"status": RunStatus.RUNNING},
-                    after={"status": RunStatus.ERROR},
-                    reason=message,
-                )
-                reaped += 1
+            reaped += run_move(
+                run,
+                RunStatus.ERROR,
+                actor=actor,
+                reason=message,
+                where={"heartbeat_at__lt": cutoff},
+                error_message=message,
+                finished_at=now,
+            )
     return reaped
 
 
@@ -1342,11 +1408,11 @@ def run_replay(run: Run, *, force: bool, reason: str, actor: Actor) -> Run:
         after = {"status": RunStatus.PENDING, "replay_of": str(run.pk), "forced": force}
         if verdict.safe_tools:  # the declarations this decision relied on, as they were
             after["safe_tools"] = verdict.safe_tools
-        audit(actor=actor, verb="run.replay", obj=new_run, after=after, reason=reason)
+        audit(actor=actor, verb=Verb.RUN_REPLAY, obj=new_run, after=after, reason=reason)
         if force:
             audit(
                 actor=actor,
-                verb="force_replay",
+                verb=Verb.FORCE_REPLAY,
                 obj=run,
                 after={"new_run": str(new_run.pk), "tools_at_risk": verdict.tools_at_risk},
                 reason=reason,
@@ -1402,7 +1468,7 @@ def run_force_replay(run: Run, *, reason: str, actor: Actor):
             ) from exc
         audit(
             actor=actor,
-            verb="force_replay.request",
+            verb=Verb.FORCE_REPLAY_REQUEST,
             obj=run,
             after={"request": str(request.pk), "tools_at_risk": verdict.tools_at_risk},
             reason=reason,
@@ -1425,6 +1491,20 @@ def _lock_pending_force(request: ForceReplayRequest) -> ForceReplayRequest:
     return request
 
 
+def force_request_close(request: ForceReplayRequest, to: str, *, actor: Actor, **fields):
+    """pending → `to` (confirmed or rejected) on a request locked by `_lock_pending_force`:
+    the request's one guarded move (the table is `runs.states.FORCE_REQUEST`). The caller
+    audits the decision in the same transaction."""
+    FORCE_REQUEST.check(request.state, to)
+    request.state = to
+    request.decided_by = actor.as_dict()
+    request.decided_at = timezone.now()
+    for name, value in fields.items():
+        setattr(request, name, value)
+    request.save(update_fields=["state", "decided_by", "decided_at", *fields])
+    return request
+
+
 def force_replay_confirm(request: ForceReplayRequest, *, actor: Actor) -> Run:
     """A second admin confirms: the replay is created now, forced, in the requester's name
     and with their reason; the confirmation is audited in the confirmer's. The requester
@@ -1437,14 +1517,10 @@ def force_replay_confirm(request: ForceReplayRequest, *, actor: Actor) -> Run:
                 "You asked for this force replay; a different admin must confirm it (four eyes)."
             )
         new_run = run_replay(request.run, force=True, reason=request.reason, actor=requester)
-        request.state = ForceRequestState.CONFIRMED
-        request.decided_by = actor.as_dict()
-        request.decided_at = timezone.now()
-        request.new_run = new_run
-        request.save(update_fields=["state", "decided_by", "decided_at", "new_run"])
+        force_request_close(request, ForceRequestState.CONFIRMED, actor=actor, new_run=new_run)
         audit(
             actor=actor,
-            verb="force_replay.confirm",
+            verb=Verb.FORCE_REPLAY_CONFIRM,
             obj=request.run,
             before={"request": "pending"},
             after={
@@ -1462,14 +1538,12 @@ def force_replay_reject(request: ForceReplayRequest, *, reason: str, actor: Acto
     replayed."""
     with transaction.atomic():
         request = _lock_pending_force(request)
-        request.state = ForceRequestState.REJECTED
-        request.decided_by = actor.as_dict()
-        request.decided_at = timezone.now()
-        request.decision_reason = reason
-        request.save(update_fields=["state", "decided_by", "decided_at", "decision_reason"])
+        force_request_close(
+            request, ForceRequestState.REJECTED, actor=actor, decision_reason=reason
+        )
         audit(
             actor=actor,
-            verb="force_replay.reject",
+            verb=Verb.FORCE_REPLAY_REJECT,
             obj=request.run,
             before={"request": "pending"},
             after={"request": str(request.pk)},

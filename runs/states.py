@@ -1,5 +1,8 @@
-"""The action lifecycle (docs/design.md, "The action lifecycle"), declared once. Every move
-goes through `check_move`.
+"""The statuses of runs and actions, declared once as transition tables (core.states.Machine;
+docs/design.md, "The action lifecycle", "Other state machines"), and the words of the
+lifecycle: failure reasons, resolutions, attempt outcomes, reconciliation verdicts and what
+each verdict means to a person. Every move goes through one guarded function in
+`runs/services.py` (`action_move`, `run_move`, `force_request_close`).
 
 Nothing leads from dispatching, unknown or needs_human back to queued: past the dispatch
 boundary an action is never re-sent automatically (invariant 2). That property is checked
@@ -8,7 +11,11 @@ below when the module is imported, so a careless edit of the table fails loudly.
 
 from django.db import models
 
+from approvals.states import BLOCK_REASON_MEANING, BlockReason
 from core.errors import IllegalTransition
+from core.states import Machine
+
+__all__ = ["BLOCK_REASON_MEANING", "BlockReason"]  # declared by approvals, used here too
 
 
 class ActionState(models.TextChoices):
@@ -36,17 +43,20 @@ TRANSITIONS: dict[str, set[str]] = {
     S.BLOCKED: set(),
 }
 
+ACTION = Machine("An action", ActionState, TRANSITIONS)
+
 # Moves that only a tool's declaration allows, each named by the declarations that allow
 # it. One: an `unknown` action is sent again (a new attempt, the same Idempotency-Key) to a
 # tool that declares it applies a key at most once (issue 13). Never to queued: a resend is
 # claimed from `unknown` like a reconciliation read, not put back in the queue, and an
-# `unsafe` tool is never re-sent past the boundary (invariant 2).
+# `unsafe` tool is never re-sent past the boundary (invariant 2). Moved only by
+# `runs.services.action_move(..., declared=effect)`, from `action_resend_start`.
 DECLARED_MOVES: dict[tuple[str, str], set[str]] = {
     (S.UNKNOWN, S.DISPATCHING): {"idempotent", "read_only"},
 }
 RESEND_EFFECTS = DECLARED_MOVES[(S.UNKNOWN, S.DISPATCHING)]
 
-TERMINAL = {s for s, nxt in TRANSITIONS.items() if not nxt}
+TERMINAL = set(ACTION.terminal)
 PAST_BOUNDARY = {S.DISPATCHING, S.UNKNOWN, S.NEEDS_HUMAN}
 OPEN_FOR_HUMANS = [S.UNKNOWN, S.NEEDS_HUMAN, S.BLOCKED, S.AWAITING_APPROVAL]
 IN_PROGRESS = {S.QUEUED, S.DISPATCHING, S.UNKNOWN}  # what `?wait=` waits through
@@ -69,8 +79,7 @@ _check_table()
 
 
 def check_move(source: str, target: str) -> None:
-    if target not in TRANSITIONS.get(source, ()):
-        raise IllegalTransition(f"An action cannot move from {source} to {target}.")
+    ACTION.check(source, target)
 
 
 def check_declared_move(source: str, target: str, *, effect: str) -> None:
@@ -79,15 +88,6 @@ def check_declared_move(source: str, target: str, *, effect: str) -> None:
         raise IllegalTransition(
             f"An action cannot move from {source} to {target} for a tool declared {effect}."
         )
-
-
-class BlockReason(models.TextChoices):
-    APPROVAL_EXPIRED = "approval_expired"
-    APPROVAL_CONSUMED = "approval_consumed"
-    APPROVAL_MISMATCH = "approval_mismatch"
-    APPROVAL_DENIED = "approval_denied"
-    APPROVAL_REVOKED = "approval_revoked"
-    APPROVAL_NOT_FOUND = "approval_not_found"
 
 
 class FailureReason(models.TextChoices):
@@ -133,12 +133,58 @@ class ReadKind(models.TextChoices):
     LOOKUP = "lookup"  # GET {base_url}/effects/{key}
 
 
+# What each verdict of a reconciliation read means to a person, declared once: the console's
+# timeline and messages, and the reason a needs_human move is audited with.
+VERDICT_MEANING = {
+    Verdict.MATCH: "matches the desired state",
+    Verdict.MISMATCH: "differs from the desired state",
+    Verdict.MOVED_ON: "matches, but the version moved on",
+    Verdict.MISSING: "target does not exist",
+    Verdict.READ_FAILED: "read failed",
+    Verdict.LOOKUP_APPLIED: "the tool reports it applied the key",
+    Verdict.LOOKUP_NOT_FOUND: "the tool reports it never received the key",
+    Verdict.LOOKUP_FAILED: "the tool's lookup could not tell",
+}
+assert set(VERDICT_MEANING) == set(Verdict), "every verdict needs a meaning"
+
+
 class RunStatus(models.TextChoices):
     PENDING = "pending"
     RUNNING = "running"
     SUCCESS = "success"
     ERROR = "error"
     CANCELLED = "cancelled"
+
+
+R = RunStatus
+# A replay is created pending and claimed by a runtime; a run started through the API is
+# created running. Settled runs never move again (a replay is a new run).
+RUN = Machine(
+    "A run",
+    RunStatus,
+    {
+        R.PENDING: {R.RUNNING},
+        R.RUNNING: {R.SUCCESS, R.ERROR, R.CANCELLED},
+        R.SUCCESS: set(),
+        R.ERROR: set(),
+        R.CANCELLED: set(),
+    },
+)
+SETTLED_RUN = set(RUN.terminal)
+
+
+class ForceRequestState(models.TextChoices):
+    PENDING = "pending"
+    CONFIRMED = "confirmed"
+    REJECTED = "rejected"
+
+
+F = ForceRequestState
+FORCE_REQUEST = Machine(
+    "A force replay request",
+    ForceRequestState,
+    {F.PENDING: {F.CONFIRMED, F.REJECTED}, F.CONFIRMED: set(), F.REJECTED: set()},
+)
 
 
 class Trigger(models.TextChoices):

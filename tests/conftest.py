@@ -14,23 +14,17 @@ import subprocess
 import sys
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
 import httpx
 import pytest
 from django.db import connection
-from rest_framework.test import APIClient
-
-from core.audit import Actor
-from core.models import Role
-from core.services import operator_create, principal_create, tenant_create, tool_create
 
 from . import invariants
+from .builders import SETUP, World, make_world  # noqa: F401 -- SETUP: tests import it from here
 
 ROOT = Path(__file__).resolve().parent.parent
-SETUP = Actor("system", "tests")
 
 
 # --- database ----------------------------------------------------------------------------
@@ -269,100 +263,6 @@ def worker(django_db_setup, django_db_blocker, tmp_path_factory):
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE datname = current_database() AND pid <> pg_backend_pid()"
         )
-
-
-# --- personas ------------------------------------------------------------------------------
-
-
-@dataclass
-class Persona:
-    username: str
-    token: str
-
-    def client(self, tenant=None) -> APIClient:
-        client = APIClient()
-        client.credentials(HTTP_AUTHORIZATION=f"Bearer {self.token}")
-        if tenant:
-            client.defaults["HTTP_X_TAKEOVER_TENANT"] = tenant
-        return client
-
-
-@dataclass
-class World:
-    """Tenant A with an agent, an approver, an on-call and an admin; tenant B's outsider."""
-
-    tenant: object
-    other_tenant: object
-    principal: object
-    agent: Persona
-    approver: Persona
-    oncall: Persona
-    admin: Persona
-    outsider: Persona
-    other_agent: Persona
-    downstream: Downstream | None = None
-
-    def tool(self, name="update_ticket", prefix="tickets", **options):
-        options.setdefault("timeout_seconds", 2)
-        if "base_url" not in options:
-            options["base_url"] = self.downstream.base(prefix)
-        return tool_create(tenant=self.tenant, name=name, actor=SETUP, **options)
-
-    def start_run(self, client=None, **body):
-        client = client or self.agent.client()
-        response = client.post("/api/v1/runs", {"trigger": "api", **body}, format="json")
-        assert response.status_code == 201, response.content
-        return response.json()
-
-    def propose(self, run_id, key, client=None, **body):
-        client = client or self.agent.client()
-        return client.post(
-            f"/api/v1/runs/{run_id}/actions", body, format="json", HTTP_IDEMPOTENCY_KEY=key
-        )
-
-    def wait_action(self, action_id, client=None, until=None, timeout=30):
-        """Poll through ?wait= until the action leaves queued/dispatching/unknown (or
-        reaches `until`)."""
-        client = client or self.agent.client()
-        deadline = time.monotonic() + timeout
-        while True:
-            body = client.get(f"/api/v1/actions/{action_id}?wait=5").json()
-            done = (
-                body["state"] in until
-                if until
-                else body["state"] not in {"queued", "dispatching", "unknown"}
-            )
-            if done or time.monotonic() > deadline:
-                return body
-            time.sleep(0.1)
-
-
-def make_world(downstream=None) -> World:
-    suffix = uuid.uuid4().hex[:8]
-    tenant = tenant_create(slug=f"a-{suffix}", actor=SETUP)
-    other = tenant_create(slug=f"b-{suffix}", actor=SETUP)
-    principal, agent_token = principal_create(tenant=tenant, name="agent", actor=SETUP)
-    _, other_agent_token = principal_create(tenant=other, name="agent", actor=SETUP)
-
-    def operator(name, role, t=tenant):
-        username = f"{name}-{suffix}"
-        _, token = operator_create(
-            tenant=t, username=username, role=role, password="correct horse", actor=SETUP
-        )
-        return Persona(username, token)
-
-    return World(
-        tenant=tenant,
-        other_tenant=other,
-        principal=principal,
-        agent=Persona("agent", agent_token),
-        approver=operator("approver", Role.APPROVER),
-        oncall=operator("oncall", Role.ONCALL),
-        admin=operator("admin", Role.ADMIN),
-        outsider=operator("outsider", Role.ADMIN, other),
-        other_agent=Persona("agent", other_agent_token),
-        downstream=downstream,
-    )
 
 
 @pytest.fixture

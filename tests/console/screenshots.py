@@ -9,17 +9,13 @@ authoritative state back, and operators acting through the console's own service
 """
 
 import contextlib
-import uuid
 from pathlib import Path
 
 import pytest
 
-from core.models import Role
-from core.services import operator_create, principal_create, tenant_create
 from runs import dispatch, services
-from tests.conftest import SETUP, Persona, World
+from tests.builders import make_world
 from tests.console.conftest import (
-    PASSWORD,
     agent_of,
     declared_tool,
     make_awaiting,
@@ -41,30 +37,17 @@ OUT = Path(__file__).resolve().parents[2] / "var" / "screenshots"
 pytestmark = [pytest.mark.browser]
 
 
-def demo_world(downstream) -> World:
-    suffix = uuid.uuid4().hex[:4]
-    tenant = tenant_create(slug=f"acme-support-{suffix}", name="Acme Support", actor=SETUP)
-    other = tenant_create(slug=f"globex-{suffix}", actor=SETUP)
-    principal, token = principal_create(tenant=tenant, name="support-agent", actor=SETUP)
-
-    def op(name, role, t=tenant):
-        username = f"{name}.{suffix}"
-        _, tok = operator_create(
-            tenant=t, username=username, role=role, password=PASSWORD, actor=SETUP
-        )
-        return Persona(username, tok)
-
-    return World(
-        tenant=tenant,
-        other_tenant=other,
-        principal=principal,
-        agent=Persona("support-agent", token),
-        approver=op("ana", Role.APPROVER),
-        oncall=op("omar", Role.ONCALL),
-        admin=op("dana", Role.ADMIN),
-        outsider=op("olga", Role.ADMIN, other),
-        other_agent=Persona("agent", token),
-        downstream=downstream,
+def demo_world(downstream):
+    """The shared builder with people's names, so that the screenshots read like a console
+    in use."""
+    return make_world(
+        downstream,
+        tenant_slug="acme-support",
+        tenant_name="Acme Support",
+        other_slug="globex",
+        agent="support-agent",
+        names=("ana", "omar", "dana", "olga"),
+        separator=".",
     )
 
 

@@ -5,7 +5,7 @@ import uuid
 
 from core.models import AuditEvent
 from runs.models import Action
-from tests.console.conftest import (
+from tests.builders import (
     agent_of,
     make_awaiting,
     make_needs_human,
@@ -177,7 +177,7 @@ def test_resolve_on_a_stale_read_is_refused_and_the_read_is_recorded(world, sett
 
 def test_four_eyes_force_replay_through_the_api(world):
     from runs.models import Run
-    from tests.console.conftest import add_operator, make_failed_run_with_tools
+    from tests.builders import add_operator, make_failed_run_with_tools
 
     admin = world.admin.client()
     assert admin.get("/api/v1/settings").json() == {

@@ -22,7 +22,8 @@ from core.services import tool_create
 from ledger.models import LedgerEntry
 from runs.models import Action, Attempt
 
-from ..conftest import SETUP, problem
+from ..builders import SETUP
+from ..conftest import problem
 
 pytestmark = pytest.mark.worker
 

@@ -99,3 +99,99 @@ def test_no_comment_cites_a_document_outside_the_repository():
         if re.search(r"\bSPEC\b(?!TACULAR)", line)
     ]
     assert cited == []
+
+
+# --- every status moves through its one guarded function ------------------------------------
+
+# The guarded moves of every declared machine (docs/design.md, "Other state machines"), and
+# the one SQL statement that settles a dispatch (inside `action_settle_dispatch`).
+GUARDED = {
+    "action_move",
+    "actions_move_batch",
+    "action_settle_dispatch",
+    "run_move",
+    "force_request_close",
+    "approval_consume",
+    "approval_revoke",
+    "approval_request_close",
+    "ledger_set_status_many",
+}
+STATUS_FIELDS = {"state", "status"}
+SET_STATUS_SQL = re.compile(r"\bSET\s+(state|status)\s*=", re.IGNORECASE)
+
+
+def status_writes(tree) -> list[tuple[str, int]]:
+    """(enclosing function, line) of every write of a `state` / `status` column: an ORM
+    `.update(state=…)`, a `.save(update_fields=[…"state"…])`, or SQL that SETs one."""
+    import ast
+
+    found = []
+
+    def visit(node, where):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            where = node.name
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            names = {k.arg for k in node.keywords}
+            if node.func.attr == "update" and names & STATUS_FIELDS:
+                found.append((where, node.lineno))
+            if node.func.attr == "save":
+                for k in node.keywords:
+                    if k.arg == "update_fields" and isinstance(k.value, ast.List | ast.Tuple):
+                        listed = {getattr(e, "value", None) for e in k.value.elts}
+                        if listed & STATUS_FIELDS:
+                            found.append((where, node.lineno))
+        is_text = isinstance(node, ast.Constant) and isinstance(node.value, str)
+        if is_text and SET_STATUS_SQL.search(node.value):
+            found.append((where, node.lineno))
+        for child in ast.iter_child_nodes(node):
+            visit(child, where)
+
+    visit(tree, "<module>")
+    return found
+
+
+def uses_of(tree, name: str) -> set[str]:
+    """The functions in which `name` is read."""
+    import ast
+
+    users = set()
+    for fn in ast.walk(tree):
+        if isinstance(fn, ast.FunctionDef) and any(
+            isinstance(n, ast.Name) and n.id == name for n in ast.walk(fn)
+        ):
+            users.add(fn.name)
+    return users
+
+
+def test_every_status_change_goes_through_its_guarded_function():
+    import ast
+
+    outside = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if "migrations" in path.parts:
+                continue
+            tree = ast.parse(path.read_text())
+            for where, line in status_writes(tree):
+                if where == "<module>":  # a SQL constant: judge the functions that run it
+                    constant = next(
+                        n.targets[0].id
+                        for n in tree.body
+                        if isinstance(n, ast.Assign) and n.lineno <= line <= n.end_lineno
+                    )
+                    where = ",".join(sorted(uses_of(tree, constant))) or "<unused>"
+                if not set(where.split(",")) <= GUARDED:
+                    outside.append(f"{path.relative_to(ROOT)}:{line} in {where}")
+    assert outside == []
+
+
+def test_the_status_scan_sees_each_kind_of_write():
+    import ast
+
+    tree = ast.parse(
+        "def sneaky():\n"
+        "    Run.objects.filter(pk=1).update(status='error')\n"
+        "    run.save(update_fields=['status'])\n"
+        "    cursor.execute('UPDATE runs_run SET status = %s')\n"
+    )
+    assert [where for where, _ in status_writes(tree)] == ["sneaky"] * 3

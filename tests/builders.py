@@ -1,0 +1,313 @@
+"""The one builder of test data, shared by every test: personas in a fresh tenant (`World`,
+`make_world`) and helpers that put runs and actions into a given state through the real
+engine (services, dispatch over HTTP to the demo downstream, reconciliation), never by
+writing a state column (docs/design.md, "Other state machines").
+"""
+
+import time
+import uuid
+from dataclasses import dataclass
+
+from django.contrib.auth import get_user_model
+from rest_framework.test import APIClient
+
+from core.audit import Actor
+from core.models import Role
+from core.services import operator_create, principal_create, tenant_create, tool_create
+from runs import dispatch, services
+from runs.models import Action
+
+SETUP = Actor("system", "tests")
+PASSWORD = "correct horse"
+
+
+# --- personas ------------------------------------------------------------------------------
+
+
+@dataclass
+class Persona:
+    username: str
+    token: str
+
+    def client(self, tenant=None) -> APIClient:
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {self.token}")
+        if tenant:
+            client.defaults["HTTP_X_TAKEOVER_TENANT"] = tenant
+        return client
+
+
+@dataclass
+class World:
+    """Tenant A with an agent, an approver, an on-call and an admin; tenant B's outsider."""
+
+    tenant: object
+    other_tenant: object
+    principal: object
+    agent: Persona
+    approver: Persona
+    oncall: Persona
+    admin: Persona
+    outsider: Persona
+    other_agent: Persona
+    downstream: object = None  # tests.conftest.Downstream
+
+    def tool(self, name="update_ticket", prefix="tickets", **options):
+        options.setdefault("timeout_seconds", 2)
+        if "base_url" not in options:
+            options["base_url"] = self.downstream.base(prefix)
+        return tool_create(tenant=self.tenant, name=name, actor=SETUP, **options)
+
+    def start_run(self, client=None, **body):
+        client = client or self.agent.client()
+        response = client.post("/api/v1/runs", {"trigger": "api", **body}, format="json")
+        assert response.status_code == 201, response.content
+        return response.json()
+
+    def propose(self, run_id, key, client=None, **body):
+        client = client or self.agent.client()
+        return client.post(
+            f"/api/v1/runs/{run_id}/actions", body, format="json", HTTP_IDEMPOTENCY_KEY=key
+        )
+
+    def wait_action(self, action_id, client=None, until=None, timeout=30):
+        """Poll through ?wait= until the action leaves queued/dispatching/unknown (or
+        reaches `until`)."""
+        client = client or self.agent.client()
+        deadline = time.monotonic() + timeout
+        while True:
+            body = client.get(f"/api/v1/actions/{action_id}?wait=5").json()
+            done = (
+                body["state"] in until
+                if until
+                else body["state"] not in {"queued", "dispatching", "unknown"}
+            )
+            if done or time.monotonic() > deadline:
+                return body
+            time.sleep(0.1)
+
+
+def make_world(
+    downstream=None,
+    *,
+    tenant_slug="a",
+    tenant_name="",
+    other_slug="b",
+    agent="agent",
+    names=("approver", "oncall", "admin", "outsider"),
+    separator="-",
+) -> World:
+    """Tenant A with an agent, an approver, an on-call and an admin; tenant B's outsider.
+    Names may be chosen (the screenshots use people's names); a random suffix keeps each
+    world apart from every other in the shared test database."""
+    suffix = uuid.uuid4().hex[:8]
+    tenant = tenant_create(
+        slug=f"{tenant_slug}-{suffix}", name=tenant_name or f"{tenant_slug}-{suffix}", actor=SETUP
+    )
+    other = tenant_create(slug=f"{other_slug}-{suffix}", actor=SETUP)
+    principal, agent_token = principal_create(tenant=tenant, name=agent, actor=SETUP)
+    _, other_agent_token = principal_create(tenant=other, name=agent, actor=SETUP)
+
+    def operator(name, role, t=tenant):
+        username = f"{name}{separator}{suffix}"
+        _, token = operator_create(
+            tenant=t, username=username, role=role, password=PASSWORD, actor=SETUP
+        )
+        return Persona(username, token)
+
+    approver, oncall, admin, outsider = names
+    return World(
+        tenant=tenant,
+        other_tenant=other,
+        principal=principal,
+        agent=Persona(agent, agent_token),
+        approver=operator(approver, Role.APPROVER),
+        oncall=operator(oncall, Role.ONCALL),
+        admin=operator(admin, Role.ADMIN),
+        outsider=operator(outsider, Role.ADMIN, other),
+        other_agent=Persona(agent, other_agent_token),
+        downstream=downstream,
+    )
+
+
+# --- people and data ----------------------------------------------------------------------------
+
+
+def add_operator(world, name: str, role: str, tenant=None) -> Persona:
+    username = f"{name}-{uuid.uuid4().hex[:6]}"
+    _, token = operator_create(
+        tenant=tenant or world.tenant, username=username, role=role, password=PASSWORD, actor=SETUP
+    )
+    return Persona(username, token)
+
+
+def agent_of(world) -> Actor:
+    return Actor("principal", world.principal.name)
+
+
+def user(persona):
+    return get_user_model().objects.get(username=persona.username)
+
+
+def operator_actor(persona) -> Actor:
+    return Actor("operator", persona.username)
+
+
+def start_run(world, **options):
+    return services.run_start(
+        principal=world.principal,
+        trigger="api",
+        config=options.pop("config", {"n": 1}),
+        actor=agent_of(world),
+        **options,
+    )
+
+
+def tool(world, name="update_ticket", prefix="tickets", **options):
+    from core.models import Tool
+
+    existing = Tool.objects.filter(tenant=world.tenant, name=name).first()
+    return existing or world.tool(name, prefix=prefix, **options)
+
+
+def propose(world, run, tool_, target, desired, expected_version=None, key=None, reason=""):
+    action, created, _ = services.action_propose(
+        run=run,
+        tool=tool_,
+        target=target,
+        desired_state=desired,
+        expected_version=expected_version,
+        idempotency_key=key or f"k-{uuid.uuid4().hex}",
+        reason=reason,
+        actor=agent_of(world),
+    )
+    assert created
+    return action
+
+
+def wait_state(action_id, states, timeout=20.0) -> Action:
+    states = {states} if isinstance(states, str) else set(states)
+    deadline = time.monotonic() + timeout
+    while True:
+        action = Action.objects.get(pk=action_id)
+        if action.state in states or time.monotonic() > deadline:
+            assert action.state in states, f"action is {action.state}, wanted {states}"
+            return action
+        time.sleep(0.1)
+
+
+def target_name(prefix="T") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def make_unknown(world, *, stay_unknown=True, run=None, target=None):
+    """An action whose dispatch got a 503: sent, outcome unknown. With `stay_unknown`, reads
+    of its target keep failing, so reconciliation (ours or a worker's) leaves it unknown."""
+    ds = world.downstream
+    target = target or target_name()
+    t = tool(world)
+    if stay_unknown:
+        ds.fault("error_on_read", prefix="tickets", target=target, times=1000)
+    ds.fault("error_before_commit", prefix="tickets", target=target)
+    run = run or start_run(world)
+    action = propose(world, run, t, target, {"status": "closed"}, None)
+    dispatch.action_dispatch(action.pk)  # None if a running worker claimed it first
+    return wait_state(action.pk, {"unknown", "needs_human"} if not stay_unknown else "unknown")
+
+
+def make_needs_human(world, *, run=None, target=None):
+    """An action whose outcome was lost and whose target, read back, differs in `status`."""
+    ds = world.downstream
+    target = target or target_name()
+    ds.seed(target, {"status": "open", "priority": "high"}, version=3)
+    t = tool(world)
+    ds.fault("error_before_commit", prefix="tickets", target=target)
+    run = run or start_run(world)
+    action = propose(world, run, t, target, {"status": "closed", "priority": "high"}, 3)
+    dispatch.action_dispatch(action.pk)
+    action = wait_state(action.pk, {"unknown", "needs_human"})
+    if action.state == "unknown":
+        # Not `manual`: this takes the reconcile lease, so a running worker's reconcile of
+        # the same action does not read too (the tests count reads).
+        dispatch.action_reconcile(action.pk)
+    return wait_state(action.pk, "needs_human")
+
+
+def make_awaiting(world, *, run=None, target=None, reason=""):
+    """An e-mail that needs an approver: awaiting_approval with a pending request."""
+    t = tool(world, "send_email", prefix="email", requires_approval=True)
+    run = run or start_run(world)
+    target = target or f"{uuid.uuid4().hex[:6]}@example.com"
+    return propose(
+        world,
+        run,
+        t,
+        target,
+        {"subject": "Refund", "body": "Your refund is on its way."},
+        reason=reason,
+    )
+
+
+def make_failed_run_with_tools(world):
+    """A run that called a tool and then failed: replay is refused without force."""
+    run = start_run(world, config={"order": 1042})
+    t = tool(world)
+    target = target_name()
+    action = propose(world, run, t, target, {"status": "closed"}, None)
+    dispatch.action_dispatch(action.pk)
+    wait_state(action.pk, {"succeeded", "failed", "unknown", "needs_human"})
+    return services.run_finish(
+        run,
+        status="error",
+        error_message="model timed out",
+        tools_called=["update_ticket"],
+        actor=agent_of(world),
+    )
+
+
+def make_failed_run_without_tools(world):
+    run = start_run(world, config={"order": 7})
+    return services.run_finish(
+        run, status="error", error_message="bad input", tools_called=[], actor=agent_of(world)
+    )
+
+
+def declared_tool(world, name="notify_customer", prefix="email", **declarations):
+    """A tool with declarations (issue 13); the demo outbox is idempotent with lookup."""
+    declarations.setdefault("effect", "idempotent")
+    declarations.setdefault("lookup", True)
+    return tool(world, name, prefix=prefix, **declarations)
+
+
+def _reconcile_until(action_id, states, timeout=20.0) -> Action:
+    """Reconcile in this process (or let a running worker do it) until `states`."""
+    deadline = time.monotonic() + timeout
+    while Action.objects.get(pk=action_id).state not in states:
+        if time.monotonic() > deadline:
+            break
+        dispatch.action_reconcile(action_id)  # no-op unless due and unclaimed
+        time.sleep(0.2)
+    return wait_state(action_id, states, timeout=1)
+
+
+def make_settled_by_lookup(world, *, run=None, target=None):
+    """An e-mail whose answer was lost; the outbox's lookup says it applied the key."""
+    target = target or f"{uuid.uuid4().hex[:6]}@example.com"
+    t = declared_tool(world)
+    world.downstream.fault("drop_after_commit", prefix="email", target=target)
+    run = run or start_run(world)
+    action = propose(world, run, t, target, {"subject": "Your refund", "body": "On its way."})
+    dispatch.action_dispatch(action.pk)
+    return _reconcile_until(action.pk, {"succeeded"})
+
+
+def make_resent(world, *, run=None, target=None):
+    """An e-mail the outbox never received (503): its lookup says so, and it is sent again
+    with the same key, attempt 2."""
+    target = target or f"{uuid.uuid4().hex[:6]}@example.com"
+    t = declared_tool(world)
+    world.downstream.fault("error_before_commit", prefix="email", target=target)
+    run = run or start_run(world)
+    action = propose(world, run, t, target, {"subject": "Renewal", "body": "Hello again."})
+    dispatch.action_dispatch(action.pk)
+    return _reconcile_until(action.pk, {"succeeded"})
