@@ -12,6 +12,7 @@ from django.utils import timezone
 from core.audit import Actor, Verb, audit
 from core.canonical import canonical_json
 from core.errors import StateConflict
+from core.models import Role
 
 from .models import Approval, ApprovalRequest
 from .states import APPROVAL, REQUEST, ApprovalState, BlockReason, RequestState
@@ -39,6 +40,8 @@ def approval_grant(
     actor: Actor,
     request: ApprovalRequest | None = None,
 ) -> Approval:
+    """A one-shot approval for exactly this intent, valid for `ttl_seconds`. Approvers only."""
+    actor.require(Role.APPROVER)
     with transaction.atomic():
         now = timezone.now()
         approval = Approval.objects.create(
@@ -109,6 +112,8 @@ def approval_consume(approval_id, *, action_id, actor: Actor, **binding) -> str 
 
 
 def approval_revoke(approval: Approval, *, actor: Actor, reason: str) -> Approval:
+    """Withdraw a granted approval before it is used. Approvers only."""
+    actor.require(Role.APPROVER)
     APPROVAL.check(ApprovalState.GRANTED, ApprovalState.REVOKED)
     with transaction.atomic():
         now = timezone.now()

@@ -17,9 +17,10 @@ from django.http import Http404
 from django.utils import timezone
 
 from approvals.models import Approval, ApprovalRequest, RequestState
+from core.access import Viewer
 from core.api import pagination
 from core.api.pagination import decode_cursor
-from core.audit import Actor, Verb
+from core.audit import Verb
 from core.errors import ValidationFailed
 from core.models import AuditEvent, Membership, Role, Tool
 from runs.models import Action, Attempt, Reconciliation, Replay, Run
@@ -38,69 +39,9 @@ PAGE_SIZE = 50
 # --- scope ---------------------------------------------------------------------------------
 
 
-@dataclass
-class Scope:
-    """The signed-in operator, their memberships and the tenant they are working in."""
-
-    user: object
-    memberships: list  # Membership rows with .tenant, ordered by tenant slug
-    current: Membership
-
-    @property
-    def tenant(self):
-        return self.current.tenant
-
-    @property
-    def roles(self) -> list[str]:
-        return self.current.roles
-
-    @property
-    def tenant_ids(self) -> list:
-        return [m.tenant_id for m in self.memberships]
-
-    @property
-    def actor(self) -> Actor:
-        return Actor("operator", self.user.get_username())
-
-    def has_role(self, role: str, tenant_id=None) -> bool:
-        membership = self.current if tenant_id is None else self.membership_for(tenant_id)
-        return membership is not None and membership.has_role(role)
-
-    def membership_for(self, tenant_id) -> Membership | None:
-        return next((m for m in self.memberships if m.tenant_id == tenant_id), None)
-
-    def tenant_by_slug(self, slug: str):
-        match = next((m for m in self.memberships if m.tenant.slug == slug), None)
-        return match.tenant if match else None
-
-    @property
-    def is_approver(self) -> bool:
-        return self.has_role(Role.APPROVER)
-
-    @property
-    def is_oncall(self) -> bool:
-        return self.has_role(Role.ONCALL)
-
-    @property
-    def is_admin(self) -> bool:
-        return self.has_role(Role.ADMIN)
-
-
-def scope_for(user, session) -> Scope | None:
-    """Resolve the operator's working tenant from `session["tenant"]` (the key the API's
-    session authentication reads too). Falls back to the first membership, and remembers it.
-    None when the user belongs to no tenant."""
-    memberships = list(
-        Membership.objects.filter(user=user).select_related("tenant").order_by("tenant__slug")
-    )
-    if not memberships:
-        return None
-    slug = session.get("tenant")
-    current = next((m for m in memberships if m.tenant.slug == slug), None)
-    if current is None:
-        current = memberships[0]
-        session["tenant"] = current.tenant.slug
-    return Scope(user=user, memberships=memberships, current=current)
+# The console's viewer is `core.access.Viewer` (every membership of the signed-in operator,
+# one of them current); views and templates call it `scope`.
+Scope = Viewer
 
 
 # --- small helpers ---------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect, HttpResponseLocation
 
+from core.access import console_viewer
 from core.errors import DomainError, StaleRead, StateConflict
 from core.models import Role
 from core.services import tenant_settings_update
@@ -68,7 +69,7 @@ def operator_required(role: str | None = None):
                         reverse("console:login") + "?" + urlencode({"next": here})
                     )
                 return redirect_to_login(request.get_full_path())
-            scope = sel.scope_for(request.user, request.session)
+            scope = console_viewer(request.user, request.session)
             if scope is None:
                 raise PermissionDenied("You are not a member of any tenant.")
             request.scope = scope
@@ -79,13 +80,6 @@ def operator_required(role: str | None = None):
         return wrapped
 
     return decorator
-
-
-def require_role(scope: sel.Scope, tenant_id, role: str) -> None:
-    """After the getter (so another tenant's object stays a 404), the role in its tenant."""
-    if not scope.has_role(role, tenant_id):
-        membership = scope.membership_for(tenant_id)
-        raise PermissionDenied(f"This needs the {role} role in {membership.tenant.slug}.")
 
 
 def _go(request, url: str):
@@ -157,7 +151,7 @@ class LoginView(auth_views.LoginView):
 
     def get_default_redirect_url(self):
         """Approvers who are not on-call land on Approvals, the page they can act on."""
-        scope = sel.scope_for(self.request.user, self.request.session)
+        scope = console_viewer(self.request.user, self.request.session)
         if scope and scope.is_approver and not scope.is_oncall:
             return reverse("console:approvals")
         return super().get_default_redirect_url()
@@ -518,7 +512,7 @@ def _action_url(action) -> str:
 def action_recheck(request, pk):
     scope = request.scope
     action = sel.get_action_for(scope, pk)
-    require_role(scope, action.tenant_id, Role.ONCALL)
+    scope.require_role(Role.ONCALL, action.tenant_id)
     if action.state not in {ActionState.UNKNOWN, ActionState.NEEDS_HUMAN}:
         messages.error(
             request,
@@ -526,7 +520,9 @@ def action_recheck(request, pk):
             f"{action.get_state_display().lower()}.",
         )
         return _go(request, _action_url(action))
-    action = dispatch.action_reconcile(action.pk, actor=scope.actor, manual=True)
+    action = dispatch.action_reconcile(
+        action.pk, actor=scope.actor_for(action.tenant_id), manual=True
+    )
     if request.htmx and request.POST.get("background"):
         # The page's own re-read on opening: the live region shows the new read.
         return HttpResponse(status=204)
@@ -549,7 +545,7 @@ def action_recheck(request, pk):
 def action_claim(request, pk):
     scope = request.scope
     action = sel.get_action_for(scope, pk)
-    require_role(scope, action.tenant_id, Role.ONCALL)
+    scope.require_role(Role.ONCALL, action.tenant_id)
     if action.state not in OPEN_FOR_HUMANS:
         messages.error(request, "Only an action in the queue can be claimed.")
         return _go(request, _action_url(action))
@@ -557,7 +553,7 @@ def action_claim(request, pk):
     take_over = int(take_over) if take_over.isdigit() else None
     holder = action.claimed_by.get_username() if action.claimed_by_id else None
     action, won = services.action_claim_for_operator(
-        action, user=request.user, actor=scope.actor, take_over_from=take_over
+        action, user=request.user, actor=scope.actor_for(action.tenant_id), take_over_from=take_over
     )
     if won and take_over:
         messages.success(request, f"You took this action over from {holder}.")
@@ -573,8 +569,10 @@ def action_claim(request, pk):
 def action_release(request, pk):
     scope = request.scope
     action = sel.get_action_for(scope, pk)
-    require_role(scope, action.tenant_id, Role.ONCALL)
-    services.action_release_claim(action, user=request.user, actor=scope.actor)
+    scope.require_role(Role.ONCALL, action.tenant_id)
+    services.action_release_claim(
+        action, user=request.user, actor=scope.actor_for(action.tenant_id)
+    )
     messages.info(request, "Claim released.")
     return _go(request, _action_url(action))
 
@@ -584,7 +582,7 @@ def action_release(request, pk):
 def action_resolve(request, pk):
     scope = request.scope
     action = sel.get_action_for(scope, pk)
-    require_role(scope, action.tenant_id, Role.ONCALL)
+    scope.require_role(Role.ONCALL, action.tenant_id)
     form = ResolveForm(request.POST)
     held_by_other = action.claimed_by_id not in (None, request.user.pk)
     if form.is_valid() and held_by_other and not form.cleaned_data["override_claim"]:
@@ -605,7 +603,7 @@ def action_resolve(request, pk):
             action,
             outcome=outcome,
             reason=form.cleaned_data["reason"],
-            actor=scope.actor,
+            actor=scope.actor_for(action.tenant_id),
             based_on_read=form.cleaned_data["based_on_read"],
         )
     except StaleRead as exc:
@@ -628,10 +626,10 @@ def action_resolve(request, pk):
 def action_acknowledge(request, pk):
     scope = request.scope
     action = sel.get_action_for(scope, pk)
-    require_role(scope, action.tenant_id, Role.ONCALL)
+    scope.require_role(Role.ONCALL, action.tenant_id)
     note = request.POST.get("note", "").strip()[:2000]
     try:
-        services.action_acknowledge(action, note=note, actor=scope.actor)
+        services.action_acknowledge(action, note=note, actor=scope.actor_for(action.tenant_id))
     except StateConflict as exc:
         messages.error(request, f"Not acknowledged: {exc.detail}")
     else:
@@ -673,7 +671,7 @@ def approval_target_state(request, pk):
     stored: it informs a decision, it proves nothing about an effect."""
     scope = request.scope
     req = sel.get_request_for(scope, pk)
-    require_role(scope, req.tenant_id, Role.APPROVER)
+    scope.require_role(Role.APPROVER, req.tenant_id)
     context = {"section": "approvals", "req": req, "now_state": sel.target_state_now(req)}
     if request.htmx:
         return render(request, "console/approvals.html#target-state", context)
@@ -685,7 +683,7 @@ def approval_target_state(request, pk):
 def approval_grant(request, pk):
     scope = request.scope
     req = sel.get_request_for(scope, pk)
-    require_role(scope, req.tenant_id, Role.APPROVER)
+    scope.require_role(Role.APPROVER, req.tenant_id)
     form = GrantForm(request.POST)
     back = _next_or(request, reverse("console:approvals"))
     if not form.is_valid():
@@ -693,7 +691,7 @@ def approval_grant(request, pk):
         return _go(request, back)
     try:
         approval = services.approval_request_grant(
-            req, ttl_seconds=form.cleaned_data["ttl_seconds"], actor=scope.actor
+            req, ttl_seconds=form.cleaned_data["ttl_seconds"], actor=scope.actor_for(req.tenant_id)
         )
     except StateConflict as exc:
         messages.error(request, f"Not granted: {exc.detail}")
@@ -712,14 +710,16 @@ def approval_grant(request, pk):
 def approval_deny(request, pk):
     scope = request.scope
     req = sel.get_request_for(scope, pk)
-    require_role(scope, req.tenant_id, Role.APPROVER)
+    scope.require_role(Role.APPROVER, req.tenant_id)
     form = DenyForm(request.POST)
     back = _next_or(request, reverse("console:approvals"))
     if not form.is_valid():
         messages.error(request, "Not denied: a reason is required.")
         return _go(request, back)
     try:
-        services.approval_request_deny(req, reason=form.cleaned_data["reason"], actor=scope.actor)
+        services.approval_request_deny(
+            req, reason=form.cleaned_data["reason"], actor=scope.actor_for(req.tenant_id)
+        )
     except StateConflict as exc:
         messages.error(request, f"Not denied: {exc.detail}")
     else:
@@ -790,7 +790,9 @@ def run_replay(request, pk):
     scope = request.scope
     run = sel.get_run_for(scope, pk)
     try:
-        new_run = services.run_replay(run, force=False, reason="", actor=scope.actor)
+        new_run = services.run_replay(
+            run, force=False, reason="", actor=scope.actor_for(run.tenant_id)
+        )
     except DomainError as exc:
         messages.error(request, f"Not replayed: {exc.detail}")
         return _go(request, _run_url(run))
@@ -803,7 +805,7 @@ def run_replay(request, pk):
 def run_force_replay(request, pk):
     scope = request.scope
     run = sel.get_run_for(scope, pk)
-    require_role(scope, run.tenant_id, Role.ADMIN)
+    scope.require_role(Role.ADMIN, run.tenant_id)
     form = ForceReplayForm(request.POST, run=run)
     if not form.is_valid():
         if request.htmx:
@@ -813,7 +815,7 @@ def run_force_replay(request, pk):
         return _go(request, _run_url(run) + "#force-form")
     try:
         new_run, waiting = services.run_force_replay(
-            run, reason=form.cleaned_data["reason"], actor=scope.actor
+            run, reason=form.cleaned_data["reason"], actor=scope.actor_for(run.tenant_id)
         )
     except DomainError as exc:
         messages.error(request, f"Not replayed: {exc.detail}")
@@ -840,13 +842,15 @@ def force_request_decide(request, pk, decision):
     req = get_object_or_404(
         ForceReplayRequest.objects.select_related("run"), pk=pk, tenant_id__in=scope.tenant_ids
     )
-    require_role(scope, req.tenant_id, Role.ADMIN)
+    scope.require_role(Role.ADMIN, req.tenant_id)
     try:
         if decision == "confirm":
-            new_run = services.force_replay_confirm(req, actor=scope.actor)
+            new_run = services.force_replay_confirm(req, actor=scope.actor_for(req.tenant_id))
         else:
             services.force_replay_reject(
-                req, reason=request.POST.get("reason", "").strip()[:2000], actor=scope.actor
+                req,
+                reason=request.POST.get("reason", "").strip()[:2000],
+                actor=scope.actor_for(req.tenant_id),
             )
     except DomainError as exc:
         messages.error(request, f"Not done: {exc.detail}")

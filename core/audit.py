@@ -5,13 +5,14 @@ its own transaction (docs/design.md, invariant 8).
 """
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.db import models
 from django.utils import timezone
 
+from .errors import PermissionDenied
 from .logs import request_id_var
-from .models import AuditEvent
+from .models import AuditEvent, Role
 
 __all__ = ["SYSTEM", "Actor", "Verb", "audit", "new_request_id", "request_id_var"]
 
@@ -81,9 +82,23 @@ def verb_for_state(kind: str, state: str) -> str:
 class Actor:
     kind: str  # "operator" | "principal" | "system"
     name: str
+    # The roles an operator holds in the tenant they act in (core.access.Viewer.actor_for),
+    # for the services' own role checks. Never stored, never compared: an actor is who.
+    roles: frozenset = field(default=frozenset(), compare=False, repr=False)
 
     def as_dict(self) -> dict:
         return {"kind": self.kind, "name": self.name}
+
+    def has_role(self, role: str) -> bool:
+        """The system acts for the platform itself (sweeps, set-up commands); an admin
+        holds every role."""
+        return self.kind == "system" or role in self.roles or Role.ADMIN in self.roles
+
+    def require(self, role: str) -> None:
+        """A service's own role check: whoever calls it (API, console, a command) the rule
+        holds. A 403 `permission-denied` naming the role."""
+        if not self.has_role(role):
+            raise PermissionDenied(f"This needs the {role} role.")
 
 
 SYSTEM = Actor("system", "takeover")

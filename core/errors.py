@@ -1,4 +1,7 @@
-"""Domain errors raised by services; the API turns them into problem+json."""
+"""Domain errors raised by services; the API turns them into problem+json, the console into
+a message (or, for PermissionDenied, its 403 page)."""
+
+from django.core import exceptions as django_exceptions
 
 
 class DomainError(Exception):
@@ -56,3 +59,21 @@ class ValidationFailed(DomainError):
 
     def __init__(self, detail: str, errors: dict | None = None):
         super().__init__(detail, errors=errors or {})
+
+
+class PermissionDenied(DomainError, django_exceptions.PermissionDenied):
+    """A role the actor lacks: a 403 `permission-denied` on the API, the 403 page in the
+    console (it is also Django's PermissionDenied)."""
+
+    slug = "permission-denied"
+    status = 403
+    title = "Permission denied"
+
+
+def reason_required(reason: str, field: str = "reason") -> str:
+    """A decision that needs a person's words: the reason, stripped, or a 400 naming the
+    field."""
+    reason = (reason or "").strip()
+    if not reason:
+        raise ValidationFailed("A reason is required.", {field: ["Say why."]})
+    return reason

@@ -23,6 +23,7 @@ def tenant_create(*, slug: str, name: str = "", actor: Actor) -> Tenant:
 
 def principal_create(*, tenant: Tenant, name: str, actor: Actor) -> tuple[Principal, str]:
     """Create an agent identity and its first token; the raw token is returned only here."""
+    actor.require(Role.ADMIN)
     with transaction.atomic():
         if Principal.objects.filter(tenant=tenant, name=name).exists():
             raise StateConflict(f"Principal {name!r} already exists in {tenant.slug}.")
@@ -37,6 +38,7 @@ def operator_create(
 ):
     """Create (or extend) an operator: a membership in `tenant` with `role`, and a new
     API token. An existing user keeps their other memberships."""
+    actor.require(Role.ADMIN)
     if role not in Role.values:
         raise ValidationFailed(
             "Unknown role.", {"role": [f"Choose one of {', '.join(Role.values)}."]}
@@ -76,6 +78,7 @@ def tool_create(
     timeout_seconds: float = 10,
     actor: Actor,
 ) -> Tool:
+    actor.require(Role.ADMIN)
     effect = effect or ToolEffect.UNSAFE
     _check_declaration(effect, lookup, requires_approval)
     with transaction.atomic():
@@ -268,6 +271,7 @@ TOOL_EDITABLE = {"base_url", "requires_approval", "identity_fields", "timeout_se
 def tool_update(tool: Tool, *, actor: Actor, reason: str = "", **changes) -> Tool:
     """Change a tool's settings. Actions already proposed keep the intent they were given;
     a changed base_url applies to dispatches from now on."""
+    actor.require(Role.ADMIN)
     if unknown := set(changes) - TOOL_EDITABLE:
         raise ValidationFailed("Not editable.", {name: ["Cannot be changed."] for name in unknown})
     if changes.get("requires_approval") and tool.effect == ToolEffect.READ_ONLY:
@@ -295,11 +299,12 @@ def tool_declare(
     """Change what a tool declares it is (`effect`, `lookup`): the owner's claims, which the
     engine relies on from the next decision on (a resend, a lookup, a replay verdict).
 
-    Admin-only (the caller checks the role, as for every admin act) and never silent: a
-    reason is required and the audit event holds the declaration before and after. Actions
+    Admin-only (checked here, whoever calls) and never silent: a reason is required and
+    the audit event holds the declaration before and after. Actions
     in flight are not re-judged; each later decision records the declaration it relied on.
     Changing nothing is refused, so the log holds only real changes.
     """
+    actor.require(Role.ADMIN)
     if not reason.strip():
         raise ValidationFailed("A reason is required.", {"reason": ["Say why the claim changed."]})
     with transaction.atomic():
@@ -334,6 +339,7 @@ TENANT_SETTINGS = {"four_eyes_force_replay", "approval_sla_seconds"}
 
 def tenant_settings_update(tenant: Tenant, *, actor: Actor, **changes) -> Tenant:
     """Change a tenant's settings (admin). Audited with before and after."""
+    actor.require(Role.ADMIN)
     if unknown := set(changes) - TENANT_SETTINGS:
         raise ValidationFailed("Not a setting.", {name: ["Unknown setting."] for name in unknown})
     with transaction.atomic():

@@ -6,7 +6,8 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from core.audit import Actor, Verb, audit
-from core.errors import StateConflict
+from core.errors import StateConflict, reason_required
+from core.models import Role
 
 from .models import LedgerEntry, LedgerStatus
 from .states import LEDGER
@@ -131,7 +132,10 @@ def ledger_hold_live(entry_id) -> bool:
 
 
 def ledger_revoke(entry: LedgerEntry, *, actor: Actor, reason: str) -> LedgerEntry:
-    """Declare the effect undone: the key may then be used again, as a new generation."""
+    """Declare the effect undone: the key may then be used again, as a new generation.
+    Admins only, with a reason."""
+    actor.require(Role.ADMIN)
+    reason = reason_required(reason)
     with transaction.atomic():
         entry = LedgerEntry.objects.select_for_update(no_key=True).get(pk=entry.pk)
         if entry.revoked_at is not None:

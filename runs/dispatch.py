@@ -39,7 +39,9 @@ from django.utils import timezone
 from approvals import services as approvals
 from core import metrics, otel
 from core.audit import DISPATCHER, RECONCILER, SWEEPER, Actor, Verb, audit, request_id_var
+from core.errors import StateConflict
 from core.logs import log_context, traceparent
+from core.models import Role
 
 from .models import Action, Attempt, Reconciliation
 from .services import (
@@ -51,6 +53,8 @@ from .services import (
 )
 from .states import (
     RESEND_EFFECTS,
+    RESOLVABLE,
+    ActionState,
     AttemptKind,
     AttemptOutcome,
     FailureReason,
@@ -479,8 +483,18 @@ def action_reconcile(action_id, *, actor: Actor = RECONCILER, manual: bool = Fal
 
     Automatic runs lease the action first (`claim_reconcile_batch`), so two workers never
     read it at once. An operator's re-check (`manual`) always reads, and may also re-read
-    a needs_human action, which records what it saw but leaves the decision to the person.
+    a needs_human action, which records what it saw but leaves the decision to the person;
+    it needs the on-call role, and only an unknown or needs_human action can be re-checked
+    (StateConflict otherwise).
     """
+    if manual:
+        actor.require(Role.ONCALL)
+        state = Action.objects.filter(pk=action_id).values_list("state", flat=True).first()
+        if state not in RESOLVABLE:
+            raise StateConflict(
+                "Only an unknown or needs-human action can be re-checked; this one is "
+                f"{ActionState(state).label.lower() if state else 'gone'}."
+            )
     if not manual and not claim_reconcile_batch(1, only=[action_id]):
         return Action.objects.get(pk=action_id)
     return reconcile_claimed(action_id, actor=actor, manual=manual)

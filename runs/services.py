@@ -4,6 +4,7 @@ transaction. Views, API views, tasks and commands call these; none changes state
 The dispatch path (claim → HTTP → settle) and reconciliation live in `runs/dispatch.py`.
 """
 
+import dataclasses
 import hashlib
 import json
 import uuid
@@ -26,8 +27,9 @@ from core.errors import (
     RunNotRunning,
     StaleRead,
     StateConflict,
+    reason_required,
 )
-from core.models import Tool, ToolEffect
+from core.models import Role, Tool, ToolEffect
 from ledger.models import LedgerStatus
 from ledger.services import (
     ledger_hold_live,
@@ -46,6 +48,7 @@ from .states import (
     DECLARED_MOVES,
     FORCE_REQUEST,
     IN_PROGRESS,
+    RESOLVABLE,
     RUN,
     AttemptKind,
     BlockReason,
@@ -764,7 +767,8 @@ def _create_action(
 
 def approval_request_grant(request: ApprovalRequest, *, ttl_seconds: float, actor: Actor):
     """Grant a pending request: a one-shot approval for its exact binding, and the waiting
-    action moves to the queue holding it (consumed later, at claim)."""
+    action moves to the queue holding it (consumed later, at claim). Approvers only."""
+    actor.require(Role.APPROVER)
     with transaction.atomic():
         request = approvals.approval_request_lock_pending(request.pk)
         action = Action.objects.select_for_update(no_key=True).get(pk=request.action_id)
@@ -794,6 +798,10 @@ def approval_request_grant(request: ApprovalRequest, *, ttl_seconds: float, acto
 def approval_request_deny(
     request: ApprovalRequest, *, reason: str, actor: Actor
 ) -> ApprovalRequest:
+    """Deny a pending request, with a reason: its action is blocked, never sent. Approvers
+    only."""
+    actor.require(Role.APPROVER)
+    reason = reason_required(reason)
     with transaction.atomic():
         request = approvals.approval_request_lock_pending(request.pk)
         action = Action.objects.select_for_update(no_key=True).get(pk=request.action_id)
@@ -851,11 +859,13 @@ def action_resolve(
     at) is not the latest one any more. An action never read at all (the tool's state could
     not even be asked for yet) may be resolved: there is nothing fresher to ask for.
     """
+    actor.require(Role.ONCALL)
+    reason = reason_required(reason)
     if outcome not in {S.SUCCEEDED, S.FAILED}:
         raise StateConflict("outcome must be succeeded or failed.")
     with transaction.atomic():
         action = Action.objects.select_for_update(no_key=True).get(pk=action.pk)
-        if action.state not in {S.UNKNOWN, S.NEEDS_HUMAN}:
+        if action.state not in RESOLVABLE:
             raise StateConflict(
                 "Only an unknown or needs_human action can be resolved; "
                 f"this one is {action.state}."
@@ -895,6 +905,7 @@ def action_acknowledge(action: Action, *, note: str = "", actor: Actor) -> Actio
     A conditional UPDATE, so two people acknowledging at once write one audit event; the
     loser gets a StateConflict naming who was first.
     """
+    actor.require(Role.ONCALL)
     now = timezone.now()
     with transaction.atomic():
         updated = Action.objects.filter(
@@ -929,6 +940,7 @@ def action_claim_for_operator(
     `take_over_from` (a user id) takes the claim from its holder (gone home, say), only if
     that user still holds it, so two people taking over at once do not both win.
     """
+    actor.require(Role.ONCALL)
     with transaction.atomic():
         now = timezone.now()
         holder = Action.objects.filter(pk=action.pk)
@@ -960,6 +972,7 @@ def action_claim_for_operator(
 
 
 def action_release_claim(action: Action, *, user, actor: Actor) -> Action:
+    actor.require(Role.ONCALL)
     with transaction.atomic():
         if Action.objects.filter(pk=action.pk, claimed_by=user).update(
             claimed_by=None, claimed_at=None
@@ -1367,8 +1380,12 @@ def _verdict_with_declarations(run: Run, executed, cleared, safe) -> ReplayVerdi
 def run_replay(run: Run, *, force: bool, reason: str, actor: Actor) -> Run:
     """Create a new pending run with the same input; history is never rewritten.
 
-    The caller checks that only an admin forces and that a force has a reason.
+    The run's principal and any operator may ask; `force` is an admin's alone and needs a
+    reason (a 403 and a 400 otherwise), whoever calls this.
     """
+    if force:
+        actor.require(Role.ADMIN)
+        reason = reason_required(reason)
     with transaction.atomic():
         run = Run.objects.select_for_update(no_key=True).get(pk=run.pk)
         verdict = replay_verdict(run)
@@ -1426,11 +1443,14 @@ def run_replay(run: Run, *, force: bool, reason: str, actor: Actor) -> Run:
 def run_force_replay(run: Run, *, reason: str, actor: Actor):
     """An admin forces a replay. Returns (new_run, None), or (None, request) when the
     tenant requires four eyes: the request then waits, visibly, until a different admin
-    confirms or rejects it. The caller checks the admin role and the non-empty reason.
+    confirms or rejects it. Admins only, with a reason.
 
     A replay the rule allows without force needs no second admin (nothing is at risk).
     """
     from django.db import IntegrityError
+
+    actor.require(Role.ADMIN)
+    reason = reason_required(reason)
 
     run = Run.objects.select_related("tenant").get(pk=run.pk)
     if not run.tenant.four_eyes_force_replay:
@@ -1509,6 +1529,7 @@ def force_replay_confirm(request: ForceReplayRequest, *, actor: Actor) -> Run:
     """A second admin confirms: the replay is created now, forced, in the requester's name
     and with their reason; the confirmation is audited in the confirmer's. The requester
     cannot confirm their own request."""
+    actor.require(Role.ADMIN)
     with transaction.atomic():
         request = _lock_pending_force(request)
         requester = Actor(**request.requested_by)
@@ -1516,7 +1537,10 @@ def force_replay_confirm(request: ForceReplayRequest, *, actor: Actor) -> Run:
             raise StateConflict(
                 "You asked for this force replay; a different admin must confirm it (four eyes)."
             )
-        new_run = run_replay(request.run, force=True, reason=request.reason, actor=requester)
+        # In the requester's name, as the admin they were when they asked; the confirmer
+        # holds the role now (checked above).
+        as_requester = dataclasses.replace(requester, roles=frozenset({Role.ADMIN}))
+        new_run = run_replay(request.run, force=True, reason=request.reason, actor=as_requester)
         force_request_close(request, ForceRequestState.CONFIRMED, actor=actor, new_run=new_run)
         audit(
             actor=actor,
@@ -1536,6 +1560,7 @@ def force_replay_confirm(request: ForceReplayRequest, *, actor: Actor) -> Run:
 def force_replay_reject(request: ForceReplayRequest, *, reason: str, actor: Actor):
     """A different admin rejects the request, or its requester withdraws it. Nothing is
     replayed."""
+    actor.require(Role.ADMIN)
     with transaction.atomic():
         request = _lock_pending_force(request)
         force_request_close(

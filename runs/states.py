@@ -58,6 +58,8 @@ RESEND_EFFECTS = DECLARED_MOVES[(S.UNKNOWN, S.DISPATCHING)]
 
 TERMINAL = set(ACTION.terminal)
 PAST_BOUNDARY = {S.DISPATCHING, S.UNKNOWN, S.NEEDS_HUMAN}
+# What a person may re-check (re-read) and resolve: an outcome Takeover could not prove.
+RESOLVABLE = {S.UNKNOWN, S.NEEDS_HUMAN}
 OPEN_FOR_HUMANS = [S.UNKNOWN, S.NEEDS_HUMAN, S.BLOCKED, S.AWAITING_APPROVAL]
 IN_PROGRESS = {S.QUEUED, S.DISPATCHING, S.UNKNOWN}  # what `?wait=` waits through
 # Not settled yet (every non-terminal state), in a fixed order: the metrics gauges.

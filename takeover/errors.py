@@ -14,12 +14,12 @@ logger = logging.getLogger(__name__)
 
 def _scope(request):
     """The operator's scope for the navigation, when it can be had cheaply and safely."""
-    from console import selectors
+    from core.access import console_viewer
 
     scope = getattr(request, "scope", None)
     user = getattr(request, "user", None)
     if scope is None and user is not None and user.is_authenticated:
-        scope = selectors.scope_for(user, request.session)
+        scope = console_viewer(user, request.session)
     return scope
 
 

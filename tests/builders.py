@@ -150,7 +150,13 @@ def user(persona):
 
 
 def operator_actor(persona) -> Actor:
-    return Actor("operator", persona.username)
+    """The operator as the services see them: with the roles their memberships give."""
+    from core.models import Membership
+
+    roles = set()
+    for membership in Membership.objects.filter(user__username=persona.username):
+        roles |= set(membership.roles)
+    return Actor("operator", persona.username, roles=frozenset(roles))
 
 
 def start_run(world, **options):

@@ -1,82 +1,22 @@
 """Who is calling: a principal (agent runtime) or an operator, always within one tenant.
 
-`request.user` becomes a `Caller`. Operators with several memberships name the tenant in
-`X-Takeover-Tenant`; a tenant they are not a member of, existing or not, is a 403 (so the
-answer never says whether it exists).
+`request.user` becomes a `core.access.Viewer`, the one type the API and the console share.
+Operators with several memberships name the tenant in `X-Takeover-Tenant`; a tenant they are
+not a member of, existing or not, is a 403 (so the answer never says whether it exists).
 """
 
-from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
-from django.utils.functional import cached_property
 from rest_framework import authentication, exceptions
 
-from core.audit import Actor
-from core.errors import ValidationFailed
-from core.logs import actor_var, tenant_var
-from core.models import ApiToken, Membership, Principal, Tenant, hash_token
+from core.access import TENANT_HEADER, operator_viewer, principal_viewer
+from core.models import ApiToken, Principal, Tenant, hash_token
 from core.rows import columns, instance, width
 
-TENANT_HEADER = "X-Takeover-Tenant"
 LAST_USED_RESOLUTION = timedelta(minutes=1)
-
-
-@dataclass
-class Caller:
-    kind: str  # "principal" | "operator"
-    tenant: Tenant
-    principal: Principal | None = None
-    user: object = None
-    roles: list[str] = field(default_factory=list)
-
-    is_authenticated = True
-    is_anonymous = False
-
-    @property
-    def name(self) -> str:
-        return self.principal.name if self.principal else self.user.get_username()
-
-    @cached_property
-    def actor(self) -> Actor:
-        return Actor(self.kind, self.name)
-
-    @property
-    def is_principal(self) -> bool:
-        return self.kind == "principal"
-
-    def has_role(self, role: str) -> bool:
-        return self.kind == "operator" and role in self.roles
-
-    def into_log_context(self) -> "Caller":
-        # Reset by the request middleware when the request ends.
-        tenant_var.set(self.tenant.slug)
-        actor_var.set(f"{self.kind}:{self.name}")
-        return self
-
-
-class TenantHeaderRequired(exceptions.APIException):
-    status_code = 400
-
-
-def operator_caller(user, tenant_slug: str | None) -> Caller:
-    memberships = list(Membership.objects.filter(user=user).select_related("tenant"))
-    if tenant_slug:
-        match = next((m for m in memberships if m.tenant.slug == tenant_slug), None)
-        if match is None:
-            raise exceptions.PermissionDenied(f"You are not a member of tenant {tenant_slug!r}.")
-    elif len(memberships) == 1:
-        match = memberships[0]
-    elif not memberships:
-        raise exceptions.PermissionDenied("You are not a member of any tenant.")
-    else:
-        raise ValidationFailed(
-            f"You are a member of several tenants; name one in the {TENANT_HEADER} header.",
-            {TENANT_HEADER: ["Required when you belong to several tenants."]},
-        )
-    return Caller("operator", match.tenant, user=user, roles=match.roles)
 
 
 # Every API request starts here, so it is one hand-written statement: the ORM's compilation
@@ -128,11 +68,11 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
                 Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_RESOLUTION)
             ).update(last_used_at=now)
         if token.principal is not None:
-            caller = Caller("principal", token.principal.tenant, principal=token.principal)
+            caller = principal_viewer(token.principal)
         else:
             if not token.user.is_active:
                 raise exceptions.AuthenticationFailed("This operator is disabled.")
-            caller = operator_caller(token.user, request.headers.get(TENANT_HEADER))
+            caller = operator_viewer(token.user, request.headers.get(TENANT_HEADER))
         return caller.into_log_context(), token
 
     def authenticate_header(self, request):
@@ -148,4 +88,4 @@ class ConsoleSessionAuthentication(authentication.SessionAuthentication):
             return None
         user, _ = result
         slug = request.headers.get(TENANT_HEADER) or request._request.session.get("tenant")
-        return operator_caller(user, slug).into_log_context(), None
+        return operator_viewer(user, slug).into_log_context(), None

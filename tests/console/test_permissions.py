@@ -14,7 +14,7 @@ from django.test import Client
 from approvals.models import ApprovalRequest
 from core.models import Role
 from runs.models import Action, Replay, Run
-from tests.conftest import make_world
+from tests.builders import make_world
 from tests.console.conftest import (
     make_awaiting,
     make_failed_run_with_tools,

@@ -14,7 +14,7 @@ from django.utils import timezone
 from console import selectors as sel
 from runs import services
 from runs.models import Action
-from tests.conftest import make_world
+from tests.builders import make_world
 from tests.console.conftest import (
     make_awaiting,
     make_needs_human,
@@ -124,7 +124,7 @@ def test_operator_in_two_tenants_can_see_both_queues_at_once(live_db, downstream
     other = make_world(downstream)
     theirs = make_awaiting(other)
     from core.services import operator_create
-    from tests.conftest import SETUP
+    from tests.builders import SETUP
 
     operator_create(
         tenant=other.tenant, username=world.oncall.username, role="approver", actor=SETUP

@@ -6,7 +6,7 @@ from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import expect
 from rest_framework.test import APIClient
 
-from tests.conftest import make_world
+from tests.builders import make_world
 from tests.console.conftest import sign_in
 
 pytestmark = pytest.mark.browser

@@ -12,7 +12,7 @@ from playwright.sync_api import expect
 from core.models import Role
 from runs import services
 from runs.models import Action
-from tests.conftest import make_world
+from tests.builders import make_world
 from tests.console.conftest import (
     PASSWORD,
     add_operator,

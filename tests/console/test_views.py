@@ -15,7 +15,7 @@ from core.models import AuditEvent, Role
 from core.services import operator_create
 from runs import dispatch, services
 from runs.models import Action, Replay, Run
-from tests.conftest import SETUP, make_world
+from tests.builders import SETUP, make_world
 from tests.console.conftest import (
     add_operator,
     agent_of,

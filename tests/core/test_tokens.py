@@ -15,7 +15,8 @@ from rest_framework.test import APIClient
 
 from core.models import ApiToken, AuditEvent, Role
 from core.services import operator_create
-from tests.conftest import SETUP, problem
+from tests.builders import SETUP
+from tests.conftest import problem
 
 
 def bearer(raw: str) -> APIClient:

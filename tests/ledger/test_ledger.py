@@ -4,7 +4,8 @@ import pytest
 
 from ledger.models import LedgerEntry
 
-from ..conftest import make_world, problem
+from ..builders import make_world
+from ..conftest import problem
 
 GOOD = {"tool": "update_ticket", "target": "ticket:1", "desired_state": {"status": "x"}}
 

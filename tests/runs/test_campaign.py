@@ -15,7 +15,7 @@ from django.utils import timezone
 from runs.models import Action
 from runs.services import runs_reap_stale
 
-from ..conftest import SETUP
+from ..builders import SETUP
 
 pytestmark = pytest.mark.worker
 

@@ -19,7 +19,8 @@ from core.services import operator_create, principal_create, tenant_create, tool
 from runs import dispatch, services
 from runs.models import Action
 from takeover import loadgen
-from tests.conftest import SETUP, database_url
+from tests.builders import SETUP
+from tests.conftest import database_url
 
 pytestmark = pytest.mark.worker
 

@@ -112,7 +112,7 @@ def test_approval_for_another_principal_or_target_is_a_mismatch(w, field):
     if field == "principal":
         from core.services import principal_create
 
-        from ..conftest import SETUP
+        from ..builders import SETUP
 
         principal_create(tenant=w.tenant, name="someone-else", actor=SETUP)
         approval = grant(w, target=t, desired_state=desired, principal="someone-else")

@@ -17,7 +17,8 @@ from runs import dispatch
 from runs.models import Run
 from runs.services import runs_reap_stale
 
-from ..conftest import SETUP, problem
+from ..builders import SETUP
+from ..conftest import problem
 
 
 @pytest.fixture
