@@ -31,4 +31,4 @@ EXPOSE 8000
 HEALTHCHECK --interval=15s --timeout=5s --start-period=20s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/readyz' % os.environ.get('PORT', '8000'), timeout=4)"]
 # --no-control-socket: gunicorn's default ~/.gunicorn/gunicorn.ctl is shared between stacks.
-CMD ["sh", "-c", "exec gunicorn takeover.wsgi -b 0.0.0.0:${PORT} -k gthread --threads 8 -w 2 --no-control-socket --access-logfile - --forwarded-allow-ips=${FORWARDED_ALLOW_IPS:-127.0.0.1}"]
+CMD ["sh", "-c", "exec gunicorn -c python:takeover.gunicorn_conf takeover.wsgi -b 0.0.0.0:${PORT} -k gthread --threads 8 -w 2 --no-control-socket --access-logfile - --forwarded-allow-ips=${FORWARDED_ALLOW_IPS:-127.0.0.1}"]

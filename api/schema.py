@@ -291,7 +291,8 @@ class AuditEventOut(f.Serializer):
 class ToolOut(f.Serializer):
     id = f.UUIDField()
     name = f.CharField()
-    base_url = f.URLField()
+    # Operators only: a principal is not told where a tool lives.
+    base_url = f.URLField(required=False)
     effect = _choice(
         ToolEffect.choices,
         help_text="`read_only`: no side effect (no approval, no ledger key, never at risk in "

@@ -8,6 +8,7 @@ from core.api.fields import (
     StrictCharField,
     StrictFloatField,
     StrictIntegerField,
+    StrictUUIDField,
     StringListField,
 )
 from core.models import Role, ToolEffect
@@ -36,7 +37,7 @@ class ActionProposeIn(serializers.Serializer):
     target = StrictCharField(max_length=500)
     desired_state = JSONObjectField()
     expected_version = StrictIntegerField(required=False, allow_null=True, default=None)
-    approval_id = serializers.UUIDField(required=False, allow_null=True, default=None)
+    approval_id = StrictUUIDField(required=False, allow_null=True, default=None)
     reason = StrictCharField(
         required=False,
         allow_null=True,
@@ -107,7 +108,8 @@ class ReplayIn(serializers.Serializer):
 
 class ToolIn(serializers.Serializer):
     name = serializers.RegexField(r"^[A-Za-z0-9_.-]{1,100}$")
-    base_url = serializers.URLField(max_length=500)
+    # The shape and destination rules are the egress policy's, in the service (core/egress.py).
+    base_url = StrictCharField(max_length=500)
     effect = serializers.ChoiceField(
         choices=ToolEffect.choices,
         required=False,

@@ -2,7 +2,6 @@
 in the caller's scope, call a service, present the result. Another tenant's object is always
 a 404."""
 
-import json
 import re
 import time
 from datetime import timedelta
@@ -15,12 +14,14 @@ from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.decorators import api_view, parser_classes
-from rest_framework.parsers import JSONParser, MultiPartParser
+from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
 
 from approvals import services as approvals
 from approvals.models import Approval, ApprovalRequest, RequestState
+from core.api import jsonsafe
 from core.api.pagination import keyset_page
+from core.api.parsers import StrictJSONParser, refused
 from core.api.permissions import require_operator, require_principal
 from core.api.problems import problem
 from core.errors import StateConflict, ValidationFailed
@@ -96,6 +97,20 @@ class IdempotencyKeyMissing(ValidationFailed):
 
 
 def valid(serializer_class, data):
+    """Validated fields. An optional field sent as null means "not given" (docs/design.md,
+    "The API's conventions"), unless the field gives null a meaning of its own (tools_called,
+    expected_version, approval_id)."""
+    fields = serializer_class().fields
+    data = {
+        name: value
+        for name, value in data.items()
+        if not (
+            value is None
+            and name in fields
+            and not fields[name].required
+            and not fields[name].allow_null
+        )
+    }
     serializer = serializer_class(data=data)
     serializer.is_valid(raise_exception=True)
     return serializer.validated_data
@@ -193,7 +208,7 @@ def me(request):
     responses={**ok(201, o.RunDetailOut), **errors_for(411, 413, 415)},
 )
 @api_view(["GET", "POST"])
-@parser_classes([JSONParser, MultiPartParser])
+@parser_classes([StrictJSONParser, MultiPartParser])
 def runs(request):
     if request.method == "GET":
         caller = request.user
@@ -211,11 +226,9 @@ def runs(request):
         data = {k: request.data.get(k) for k in ("trigger", "session_id") if k in request.data}
         if "config" in request.data:
             try:
-                data["config"] = json.loads(request.data["config"])
-            except ValueError as exc:
-                raise ValidationFailed(
-                    "config is not JSON.", {"config": ["Must be a JSON object (as text)."]}
-                ) from exc
+                data["config"] = jsonsafe.loads(request.data["config"], field="config")
+            except jsonsafe.JSONRefused as exc:
+                raise refused(exc) from exc
         if "input_file" in request.FILES:
             data["input_file"] = request.FILES["input_file"]
     else:
@@ -417,7 +430,7 @@ def tenant_settings(request):
 )
 @api_view(["GET"])
 def replays(request):
-    caller = require_operator(request)
+    caller = require_operator(request, Role.ADMIN)
     qs = Replay.objects.filter(tenant=caller.tenant)
     return page(request, qs, services.replay_record, field="at")
 
@@ -570,6 +583,8 @@ def action_detail(request, pk):
     wait = request.query_params.get("wait")
     if wait is not None:
         try:
+            if not re.fullmatch(r"\d{1,2}(\.\d{1,6})?", wait):
+                raise ValueError  # float() would also take "1_0", "nan", " 5", "1e1"
             seconds = float(wait)
             if not 0 <= seconds <= settings.ACTION_WAIT_MAX_SECONDS:
                 raise ValueError
@@ -920,7 +935,8 @@ def tools(request):
     if request.method == "GET":
         caller = request.user
         qs = Tool.objects.filter(tenant=caller.tenant)
-        return page(request, qs, present.tool_dict)
+        with_url = not caller.is_principal
+        return page(request, qs, lambda t: present.tool_dict(t, with_url=with_url))
     caller = require_operator(request, Role.ADMIN)
     fields = valid(s.ToolIn, body_object(request))
     tool = tool_create(tenant=caller.tenant, actor=caller.actor, **fields)
@@ -941,8 +957,11 @@ def get_tool_for(caller, name) -> Tool:
 )
 @api_view(["GET"])
 def tool_detail(request, name):
-    """One tool, by name, with its declarations (`effect`, `lookup`) and who made them."""
-    return Response(present.tool_dict(get_tool_for(request.user, name)))
+    """One tool, by name, with its declarations (`effect`, `lookup`) and who made them; to a
+    principal without its `base_url`, as in the list."""
+    caller = request.user
+    tool = get_tool_for(caller, name)
+    return Response(present.tool_dict(tool, with_url=not caller.is_principal))
 
 
 @extend_schema(

@@ -3,13 +3,13 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import tokens, views
+from . import signin, tokens, views
 
 app_name = "console"
 
 urlpatterns = [
     path("", views.queue, name="queue"),
-    path("login/", views.LoginView.as_view(), name="login"),
+    path("login/", signin.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("tenant/", views.switch_tenant, name="switch_tenant"),
     path("search/", views.search, name="search"),

@@ -20,7 +20,6 @@ from functools import wraps
 
 from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth import views as auth_views
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
@@ -136,25 +135,6 @@ def _recall_form(request, key: str, make):
 
 
 # --- sign-in and tenant --------------------------------------------------------------------
-
-
-class LoginView(auth_views.LoginView):
-    template_name = "console/login.html"
-    redirect_authenticated_user = True
-
-    def form_valid(self, form):
-        response = super().form_valid(form)
-        from .timezones import remember_on_sign_in
-
-        remember_on_sign_in(self.request, form.get_user())
-        return response
-
-    def get_default_redirect_url(self):
-        """Approvers who are not on-call land on Approvals, the page they can act on."""
-        scope = console_viewer(self.request.user, self.request.session)
-        if scope and scope.is_approver and not scope.is_oncall:
-            return reverse("console:approvals")
-        return super().get_default_redirect_url()
 
 
 @require_POST
@@ -550,7 +530,12 @@ def action_claim(request, pk):
         messages.error(request, "Only an action in the queue can be claimed.")
         return _go(request, _action_url(action))
     take_over = request.POST.get("take_over_from", "")
-    take_over = int(take_over) if take_over.isdigit() else None
+    # A user id (a 32-bit key): anything else, however many digits, means "no takeover".
+    take_over = (
+        int(take_over)
+        if take_over.isascii() and take_over.isdigit() and len(take_over) < 10
+        else None
+    )
     holder = action.claimed_by.get_username() if action.claimed_by_id else None
     action, won = services.action_claim_for_operator(
         action, user=request.user, actor=scope.actor_for(action.tenant_id), take_over_from=take_over
@@ -870,7 +855,10 @@ def force_request_decide(request, pk, decision):
 def tenant_settings(request):
     enabled = request.POST.get("four_eyes_force_replay") == "on"
     minutes = request.POST.get("approval_sla_minutes", "").strip() or "0"
-    if not minutes.isdigit() or int(minutes) > 30 * 24 * 60:
+    # isascii: "²" is a digit to str.isdigit() but not to int(); and int() refuses more than
+    # 4,300 digits. Either would be a 500.
+    plain = minutes.isascii() and minutes.isdigit() and len(minutes) <= 6
+    if not plain or int(minutes) > 30 * 24 * 60:
         messages.error(request, "Not saved: the approval SLA is a whole number of minutes.")
         return _go(request, reverse("console:replays"))
     tenant_settings_update(

@@ -1,5 +1,7 @@
 from django.apps import AppConfig
+from django.core import checks
 from django.db.backends.signals import connection_created
+from django.db.models.signals import post_migrate
 
 
 def _session_settings(sender, connection, **kwargs):
@@ -18,5 +20,38 @@ class CoreConfig(AppConfig):
 
     def ready(self):
         from .api import schema  # noqa: F401 -- registers the OpenAPI auth extensions
+        from .dbroles import check_app_role, grant_app_role
 
+        checks.register(check_egress_allowlist)
+        checks.register(check_secret_key, checks.Tags.security, deploy=True)
+        checks.register(check_app_role, checks.Tags.security, deploy=True)
+        # After every migrate, once (sent per app; we listen to core's), when all tables exist.
+        post_migrate.connect(grant_app_role, sender=self, dispatch_uid="takeover.grant_app_role")
         connection_created.connect(_session_settings, dispatch_uid="takeover-session-settings")
+
+
+def check_egress_allowlist(app_configs=None, **kwargs):
+    """A bad TOOL_URL_ALLOWLIST entry stops the process at start-up, not at the first call."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    from .egress import allowlist
+
+    try:
+        allowlist()
+    except ImproperlyConfigured as exc:
+        return [checks.Error(str(exc), id="takeover.E001")]
+    return []
+
+
+def check_secret_key(app_configs=None, **kwargs):
+    from django.conf import settings
+
+    if getattr(settings, "SECRET_KEY_GENERATED", False):
+        return [
+            checks.Error(
+                "SECRET_KEY is not set: this process generated one into its var/ directory.",
+                hint="Set SECRET_KEY in the environment, the same for every process.",
+                id="takeover.E002",
+            )
+        ]
+    return []

@@ -4,6 +4,7 @@ Every service that changes state takes a keyword-only `actor` and calls `audit()
 its own transaction (docs/design.md, invariant 8).
 """
 
+import contextvars
 import uuid
 from dataclasses import dataclass, field
 
@@ -14,7 +15,20 @@ from .errors import PermissionDenied
 from .logs import request_id_var
 from .models import AuditEvent, Role
 
-__all__ = ["SYSTEM", "Actor", "Verb", "audit", "new_request_id", "request_id_var"]
+__all__ = [
+    "SYSTEM",
+    "Actor",
+    "Verb",
+    "audit",
+    "client_request_id_var",
+    "new_request_id",
+    "request_id_var",
+]
+
+# The X-Request-ID a client sent, if any: stored beside our own id, never instead of it.
+client_request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar(
+    "client_request_id", default=""
+)
 
 
 class Verb(models.TextChoices):
@@ -59,6 +73,7 @@ class Verb(models.TextChoices):
     TENANT_SETTINGS = "tenant.settings", "Tenant settings changed"
     PRINCIPAL_CREATE = "principal.create", "Principal created"
     OPERATOR_GRANT_ROLE = "operator.grant_role", "Operator given a role"
+    OPERATOR_LOCKED_OUT = "operator.locked_out", "Sign-in locked after failed attempts"
     TOOL_CREATE = "tool.create", "Tool registered"
     TOOL_UPDATE = "tool.update", "Tool changed"
     TOOL_DECLARE = "tool.declare", "Tool's declarations (effect, lookup) changed"
@@ -172,6 +187,7 @@ def audit_fields(
         reason=reason or "",
         # The worker acts for the request that proposed the action: same id, one trail.
         request_id=request_id if request_id is not None else request_id_var.get(),
+        client_request_id=client_request_id_var.get(),
     )
 
 

@@ -220,6 +220,9 @@ class AuditEvent(models.Model):
     after = models.JSONField(null=True, blank=True)
     reason = models.TextField(blank=True)
     request_id = models.CharField(max_length=64, blank=True)
+    # What the client sent as X-Request-ID, kept for correlation; never our own id.
+    # A database default too: the engine writes some audit rows in raw SQL (runs/services.py).
+    client_request_id = models.CharField(max_length=64, blank=True, default="", db_default="")
 
     class Meta:
         indexes = [

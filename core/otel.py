@@ -5,11 +5,12 @@ nothing here is imported and nothing costs anything.
 One trace per proposal. The web request's span comes from the Django instrumentation, its
 SQL from psycopg's. A worker dispatches the action later, woken by a message that names no
 action, so the trace cannot travel in the message: it travels on the action row, as the
-request id. When tracing is on, the request id *is* the request's trace id (unless the
-client sent its own X-Request-ID), and the worker opens its `takeover.dispatch` (or
-`takeover.reconcile`) span in that trace; the tool call (httpx) is a child span and the tool
-receives a `traceparent` of the same trace. Off, the tool still receives a `traceparent`
-whose trace id is the request id (core/logs.py).
+request id. When tracing is on, the request id *is* the request's trace id (a client's
+X-Request-ID never replaces it; it is kept apart as the audit's `client_request_id`), and
+the worker opens its `takeover.dispatch` (or `takeover.reconcile`) span in that trace; the
+tool call (httpx) is a child span and the tool receives a `traceparent` of the same trace.
+Off, the tool still receives a `traceparent` whose trace id is the request id
+(core/logs.py).
 
 Quirk: the worker's span names the web request's trace but not its span (the row keeps
 the id only), so trace viewers show it as a second root in the same trace.

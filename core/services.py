@@ -8,6 +8,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from .audit import Actor, Verb, audit
+from .egress import validate_base_url
 from .errors import StateConflict, ValidationFailed
 from .models import ApiToken, Membership, Principal, Role, Tenant, Tool, ToolEffect
 
@@ -78,9 +79,12 @@ def tool_create(
     timeout_seconds: float = 10,
     actor: Actor,
 ) -> Tool:
+    """Register a tool; its base_url must pass the egress policy (core/egress.py) or nothing is
+    written (a 400 naming base_url)."""
     actor.require(Role.ADMIN)
     effect = effect or ToolEffect.UNSAFE
     _check_declaration(effect, lookup, requires_approval)
+    validate_base_url(base_url)
     with transaction.atomic():
         if Tool.objects.filter(tenant=tenant, name=name).exists():
             raise StateConflict(f"Tool {name!r} already exists in {tenant.slug}.")
@@ -276,6 +280,8 @@ def tool_update(tool: Tool, *, actor: Actor, reason: str = "", **changes) -> Too
         raise ValidationFailed("Not editable.", {name: ["Cannot be changed."] for name in unknown})
     if changes.get("requires_approval") and tool.effect == ToolEffect.READ_ONLY:
         _check_declaration(tool.effect, tool.lookup, True)
+    if "base_url" in changes:
+        validate_base_url(changes["base_url"])
     with transaction.atomic():
         tool = Tool.objects.select_for_update(no_key=True).get(pk=tool.pk)
         before = {name: getattr(tool, name) for name in changes}

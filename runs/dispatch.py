@@ -82,15 +82,15 @@ _http_pid: int | None = None
 
 
 def _client() -> httpx.Client:
+    # The egress policy (core/egress.py): only allowed destinations, checked on
+    # the resolved address at connect time; a refusal is a ConnectError, so "not sent".
     # trust_env=False: no proxy from the environment may sit between us and the tool.
     # No keep-alive: every attempt opens a fresh connection, so that ConnectError still
     # proves "never sent" (a pooled connection the server closed could fail mid-write).
     # Everything else (TLS context, certificate store) is built once, here.
-    return httpx.Client(
-        trust_env=False,
-        follow_redirects=False,
-        limits=httpx.Limits(max_connections=None, max_keepalive_connections=0),
-    )
+    from core.egress import egress_client
+
+    return egress_client(limits=httpx.Limits(max_connections=None, max_keepalive_connections=0))
 
 
 def http_client() -> httpx.Client:

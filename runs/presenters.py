@@ -212,11 +212,14 @@ def audit_dict(event) -> dict:
         "after": event.after,
         "reason": event.reason,
         "request_id": event.request_id,
+        "client_request_id": event.client_request_id,
     }
 
 
-def tool_dict(tool) -> dict:
-    return {
+def tool_dict(tool, *, with_url: bool = True) -> dict:
+    """A tool; without its base_url for callers that only use it (principals): where a tool
+    lives is the deployer's and the tenant admin's business, not the agent's."""
+    out = {
         "id": str(tool.pk),
         "name": tool.name,
         "base_url": tool.base_url,
@@ -229,6 +232,9 @@ def tool_dict(tool) -> dict:
         "timeout_seconds": tool.timeout_seconds,
         "created_at": _iso(tool.created_at),
     }
+    if not with_url:
+        del out["base_url"]
+    return out
 
 
 def token_dict(token, raw: str | None = None) -> dict:

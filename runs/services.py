@@ -18,7 +18,15 @@ from psycopg.types.json import Jsonb
 
 from approvals import services as approvals
 from approvals.models import Approval, ApprovalRequest, RequestState
-from core.audit import Actor, Verb, audit, audit_many, request_id_var, verb_for_state
+from core.audit import (
+    Actor,
+    Verb,
+    audit,
+    audit_many,
+    client_request_id_var,
+    request_id_var,
+    verb_for_state,
+)
 from core.canonical import canonical_json, fingerprint
 from core.errors import (
     IdempotencyConflict,
@@ -172,9 +180,10 @@ WITH attempt AS (
 ), audited AS (
     INSERT INTO core_auditevent
         (id, tenant_id, at, actor_kind, actor_name, verb, object_type, object_id,
-         before, after, reason, request_id)
+         before, after, reason, request_id, client_request_id)
     SELECT %(audit_id)s, tenant_id, %(now)s, %(actor_kind)s, %(actor_name)s, %(verb)s,
-           'action', id::text, %(before)s, %(after)s, %(reason)s, %(request_id)s
+           'action', id::text, %(before)s, %(after)s, %(reason)s, %(request_id)s,
+           %(client_request_id)s
     FROM moved
     RETURNING id
 ), notified AS (
@@ -228,6 +237,7 @@ def action_settle_dispatch(
                 "after": Jsonb(_after(to, fields)),
                 "reason": reason,
                 "request_id": request_id_var.get(),
+                "client_request_id": client_request_id_var.get(),
                 "channel": CHANNEL,
                 "notify": to not in IN_PROGRESS,
             },
@@ -363,16 +373,23 @@ def run_start(
         started_at=now,
         heartbeat_at=now,
     )
-    with transaction.atomic():
-        if input_file is not None:
-            _store_input(run, input_file)
-        run.save()
-        audit(
-            actor=actor,
-            verb=Verb.RUN_START,
-            obj=run,
-            after={"status": run.status, "trigger": trigger, "input_sha256": run.input_sha256},
-        )
+    try:
+        with transaction.atomic():
+            if input_file is not None:
+                _store_input(run, input_file)
+            run.save()
+            audit(
+                actor=actor,
+                verb=Verb.RUN_START,
+                obj=run,
+                after={"status": run.status, "trigger": trigger, "input_sha256": run.input_sha256},
+            )
+    except BaseException:
+        # The copy is written before the row (the row records its size and digest); if the
+        # row does not commit, the copy must not outlive it.
+        if run.input_file:
+            run.input_file.storage.delete(run.input_file.name)
+        raise
     return run
 
 
@@ -1377,6 +1394,24 @@ def _verdict_with_declarations(run: Run, executed, cleared, safe) -> ReplayVerdi
     )
 
 
+def _refuse_second_unsettled_replay(run: Run) -> None:
+    """A run has at most one unsettled replay (pending or running), forced or not
+    (docs/design.md, "Runs and replay"). The caller holds the lock on `run`, which serializes
+    replays of it; under READ COMMITTED this read then sees a replay that a concurrent
+    request just committed."""
+    waiting = (
+        Run.objects.filter(replay_of=run, status__in=[RunStatus.PENDING, RunStatus.RUNNING])
+        .values_list("pk", "status")
+        .first()
+    )
+    if waiting is not None:
+        raise ReplayRefused(
+            f"This run already has a replay that has not settled: run {waiting[0]} is "
+            f"{waiting[1]}. Wait until it finishes.",
+            unsettled_replay=str(waiting[0]),
+        )
+
+
 def run_replay(run: Run, *, force: bool, reason: str, actor: Actor) -> Run:
     """Create a new pending run with the same input; history is never rewritten.
 
@@ -1387,10 +1422,13 @@ def run_replay(run: Run, *, force: bool, reason: str, actor: Actor) -> Run:
         actor.require(Role.ADMIN)
         reason = reason_required(reason)
     with transaction.atomic():
+        # The lock on the original run serializes replays of it, so exactly one of many
+        # concurrent requests creates one.
         run = Run.objects.select_for_update(no_key=True).get(pk=run.pk)
         verdict = replay_verdict(run)
         if verdict.gone:
             raise InputGone(verdict.message)
+        _refuse_second_unsettled_replay(run)
         if not verdict.allowed and not (force and verdict.forceable):
             raise ReplayRefused(
                 verdict.message,
@@ -1460,6 +1498,8 @@ def run_force_replay(run: Run, *, reason: str, actor: Actor):
         verdict = replay_verdict(run)
         if verdict.gone:
             raise InputGone(verdict.message)
+        # Not even a request for a second admin while a replay of this run still waits.
+        _refuse_second_unsettled_replay(run)
         if verdict.allowed:
             return run_replay(run, force=True, reason=reason, actor=actor), None
         if not verdict.forceable:

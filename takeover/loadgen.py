@@ -115,6 +115,12 @@ class Stack:
             self.env["CELERY_BROKER_DIR"] = str(self.work_dir / "broker")
         # Every process of this stack on one named queue (the default derives it per database).
         self.queue = self.env.setdefault("CELERY_QUEUE", "takeover-loadgen")
+        if not self.env.get("SECRET_KEY"):
+            # The web processes refuse a generated key with DEBUG off (takeover/wsgi.py):
+            # hand them this process's key explicitly, as `make run` does.
+            from django.conf import settings
+
+            self.env["SECRET_KEY"] = settings.SECRET_KEY
         self.downstream_url = ""
 
     # --- processes ------------------------------------------------------------------------
@@ -145,6 +151,7 @@ class Stack:
                 py,
                 "-m",
                 "gunicorn",
+                *("-c", "python:takeover.gunicorn_conf"),
                 "takeover.wsgi",
                 "-k",
                 "gthread",

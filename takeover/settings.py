@@ -10,6 +10,7 @@ Engine tunables (seconds unless named otherwise) are at the bottom.
 
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -26,30 +27,59 @@ def env_float(name: str, default: float) -> float:
     return float(os.environ.get(name, default))
 
 
-def _secret_key() -> str:
+def _secret_key() -> tuple[str, bool]:
+    """(key, generated). A generated key is for one machine and a demo; with DEBUG off the
+    web application refuses to start on one (takeover/wsgi.py), and `check --deploy` fails."""
     if key := os.environ.get("SECRET_KEY"):
-        return key
+        return key, False
     path = VAR_DIR / "secret_key"
     if not path.exists():
         VAR_DIR.mkdir(parents=True, exist_ok=True)
         path.write_text(secrets.token_urlsafe(50))
         path.chmod(0o600)
-    return path.read_text().strip()
+    return path.read_text().strip(), True
 
 
-SECRET_KEY = _secret_key()
+SECRET_KEY, SECRET_KEY_GENERATED = _secret_key()
 DEBUG = env_bool("DEBUG")
 ALLOWED_HOSTS = os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",")
 CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
-# Behind a proxy that terminates TLS and sets X-Forwarded-Proto: trust that header, send
-# cookies over HTTPS only, and redirect plain HTTP (the probes and /metrics are answered
-# before the redirect, so a load balancer may still check over plain HTTP).
-BEHIND_TLS_PROXY = env_bool("BEHIND_TLS_PROXY")
-if BEHIND_TLS_PROXY:
+# Transport. HTTPS=1 when served behind TLS (directly, or behind a proxy that terminates it and
+# sets X-Forwarded-Proto): secure cookies, HSTS, redirect to https, and trust in the proxy's
+# X-Forwarded-Proto. Only set it when such a proxy strips a client's own X-Forwarded-Proto.
+# The probes and /metrics are answered before the redirect (takeover.ops), so a load balancer
+# may still check over plain HTTP. BEHIND_TLS_PROXY=1 is the older name of the same switch.
+HTTPS = env_bool("HTTPS") or env_bool("BEHIND_TLS_PROXY")
+if HTTPS:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-    SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = True
     SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", default=True)
-    SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", 0))
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = int(os.environ.get("HSTS_SECONDS", 365 * 24 * 3600))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env_bool("HSTS_PRELOAD", True)
+# An operator's session: a working day from sign-in (not renewed by activity: the queue
+# page polls, so an open tab would otherwise never expire; and no write per request), and
+# gone when the browser closes.
+SESSION_COOKIE_AGE = int(os.environ.get("SESSION_SECONDS", 8 * 3600))
+SESSION_EXPIRE_AT_BROWSER_CLOSE = True
+X_FRAME_OPTIONS = "DENY"
+# A strict Content-Security-Policy: the console and the API docs run no inline script or
+# style (htmx's indicator styles are off in base.html; the docs use the split Swagger view).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "frame-ancestors": ["'none'"],
+        "form-action": ["'self'"],
+    }
+}
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -65,6 +95,8 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "pgtrigger",
+    "axes",
+    "csp",
     "core",
     "ledger",
     "approvals",
@@ -77,8 +109,10 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "takeover.ops.OpsMiddleware",  # /healthz, /readyz, /metrics: before host checks
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "core.middleware.RequestIdMiddleware",
+    "core.middleware.ChunkedBodyMiddleware",
     "core.middleware.DatabaseUnavailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -88,6 +122,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last: it turns a lockout found during authentication into the lockout response.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "takeover.urls"
@@ -109,10 +145,24 @@ TEMPLATES = [
     },
 ]
 
+# Two connections to one database (docs/design.md, invariant 8, holds only if the application cannot
+# switch the audit log's protection off):
+# - "default": the application's role. It owns nothing, and has UPDATE, DELETE and TRUNCATE
+#   revoked on the audit table (core/dbroles.py grants the rest after every migrate).
+# - "owner": the role that owns the tables. `manage.py migrate` runs as it (core's migrate
+#   command defaults to it), and so does any owner-only maintenance (bench_queue, archive).
+# DATABASE_URL is the application's role; DATABASE_OWNER_URL the owner (unset: the same role,
+# which `check --deploy` warns about).
 # Importing the settings starts nothing. With DATABASE_URL unset, the entry points
 # (manage.py, takeover.wsgi, takeover.celery, the test settings) start the embedded server
-# first, through `takeover.embedded_db.prepare()`, which leaves its URL here.
-_database_url = os.environ.get("DATABASE_URL") or os.environ.get("TAKEOVER_EMBEDDED_DATABASE_URL")
+# first, through `takeover.embedded_db.prepare()`, which creates both roles and leaves their
+# URLs in the environment.
+if os.environ.get("DATABASE_URL"):
+    _database_url = os.environ["DATABASE_URL"]
+    _owner_url = os.environ.get("DATABASE_OWNER_URL") or _database_url
+else:
+    _database_url = os.environ.get("TAKEOVER_EMBEDDED_DATABASE_URL", "")
+    _owner_url = os.environ.get("TAKEOVER_EMBEDDED_OWNER_URL") or _database_url
 if not _database_url:
     from django.core.exceptions import ImproperlyConfigured
 
@@ -121,14 +171,22 @@ if not _database_url:
         "takeover.celery, which start the embedded PostgreSQL (takeover.embedded_db.prepare)."
     )
 
-DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=60)}
-# dj-database-url leaves a Unix-socket `?host=` in OPTIONS; HOST is where Django (and anyone
-# rebuilding the URL, like the test workers) looks for it.
-if _socket_host := DATABASES["default"].get("OPTIONS", {}).pop("host", None):
-    DATABASES["default"]["HOST"] = _socket_host
-DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
-DATABASES["default"].setdefault("OPTIONS", {})
-DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", 5)  # a dead host fails fast
+
+def _database(url: str) -> dict:
+    db = dj_database_url.parse(url, conn_max_age=60)
+    # dj-database-url leaves a Unix-socket `?host=` in OPTIONS; HOST is where Django (and
+    # anyone rebuilding the URL, like the test workers) looks for it.
+    if socket_host := db.get("OPTIONS", {}).pop("host", None):
+        db["HOST"] = socket_host
+    db["CONN_HEALTH_CHECKS"] = True
+    db.setdefault("OPTIONS", {})
+    db["OPTIONS"].setdefault("connect_timeout", 5)  # a dead host fails fast
+    if DATABASE_POOLER == "transaction":
+        db["DISABLE_SERVER_SIDE_CURSORS"] = True
+        db["OPTIONS"]["prepare_threshold"] = None
+    return db
+
+
 # A statement stuck behind a lock is a bug we want to see, not a hung worker. Set with SET
 # when a connection opens (core.apps), not as a startup option: PgBouncer refuses those
 # ("unsupported startup parameter: options"). Behind a pooler in transaction mode also set
@@ -138,11 +196,35 @@ DATABASE_LOCK_TIMEOUT_MS = int(os.environ.get("DATABASE_LOCK_TIMEOUT_MS", 10000)
 # cursors and no prepared statements, since consecutive transactions of one Django
 # connection may run on different server connections.
 DATABASE_POOLER = os.environ.get("DATABASE_POOLER", "")
-if DATABASE_POOLER == "transaction":
-    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
-    DATABASES["default"]["OPTIONS"]["prepare_threshold"] = None
-DATABASES["default"]["TEST"] = {"NAME": os.environ.get("TEST_DATABASE_NAME", "test_takeover")}
+DATABASES = {"default": _database(_database_url), "owner": _database(_owner_url)}
+# Tests: the owner creates and migrates the test database; the application's connection
+# uses the same database under its own role.
+DATABASES["owner"]["TEST"] = {"NAME": os.environ.get("TEST_DATABASE_NAME", "test_takeover")}
+DATABASES["default"]["TEST"] = {"MIRROR": "owner"}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Sign-in throttling (console/signin.py): AxesStandaloneBackend refuses a locked-out account
+# or address before ModelBackend hashes anything.
+AUTHENTICATION_BACKENDS = [
+    "console.signin.ThrottledBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = int(os.environ.get("SIGNIN_FAILURE_LIMIT", 5))
+AXES_COOLOFF_TIME = timedelta(minutes=env_float("SIGNIN_LOCKOUT_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # either one: per account, per address
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "console.signin.locked_out"
+AXES_VERBOSE = False
+# The client's address: REMOTE_ADDR, unless FORWARDED_PROXIES says how many proxies in front
+# append to X-Forwarded-For (trusting that header otherwise would let anyone pick an address).
+_forwarded_proxies = int(os.environ.get("FORWARDED_PROXIES", 0))
+if _forwarded_proxies:
+    AXES_IPWARE_PROXY_COUNT = _forwarded_proxies
+    AXES_IPWARE_META_PRECEDENCE_ORDER = ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"]
+else:
+    AXES_IPWARE_META_PRECEDENCE_ORDER = ["REMOTE_ADDR"]
+# Password checks allowed at once per web process; more are answered 503 at once.
+SIGNIN_CONCURRENCY = int(os.environ.get("SIGNIN_CONCURRENCY", 1))
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -171,6 +253,10 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("MAX_BODY_BYTES", 1024 * 1024))
 FILE_UPLOAD_MAX_MEMORY_SIZE = DATA_UPLOAD_MAX_MEMORY_SIZE
 MAX_INPUT_FILE_BYTES = int(os.environ.get("MAX_INPUT_FILE_BYTES", 20 * 1024 * 1024))
 
+# Where tools may be (the egress policy, core/egress.py): host names, *.domain wildcards
+# and CIDR ranges, comma-separated. Default: loopback only.
+TOOL_URL_ALLOWLIST = os.environ.get("TOOL_URL_ALLOWLIST", "localhost,127.0.0.0/8,::1")
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "core.api.auth.BearerTokenAuthentication",
@@ -179,7 +265,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["core.api.permissions.IsAuthenticatedCaller"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": [
-        "rest_framework.parsers.JSONParser",
+        "core.api.parsers.StrictJSONParser",
         "rest_framework.parsers.MultiPartParser",
     ],
     "EXCEPTION_HANDLER": "core.api.problems.exception_handler",
@@ -260,9 +346,9 @@ CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_QUEUE") or "takeover-" + str(
 )
 
 # Retention (manage.py archive): where archives go, and the connection that may delete audit
-# events (in production the owner's, not the application's restricted role).
+# events: the owner's (DATABASES["owner"]), since the application's role may not.
 ARCHIVE_DIR = Path(os.environ.get("ARCHIVE_DIR", VAR_DIR / "archive"))
-ARCHIVE_DATABASE = os.environ.get("ARCHIVE_DATABASE", "default")
+ARCHIVE_DATABASE = os.environ.get("ARCHIVE_DATABASE", "owner")
 
 # Engine tunables.
 SAFE_RETRY_LIMIT = int(os.environ.get("SAFE_RETRY_LIMIT", 1))

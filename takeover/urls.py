@@ -9,5 +9,7 @@ urlpatterns = [
     path("", include("console.urls", namespace="console")),
 ]
 
+handler400 = errors.bad_request
+handler403 = errors.permission_denied
 handler404 = errors.not_found
 handler500 = errors.server_error

@@ -19,7 +19,7 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-from django.db import connection
+from django.db import connection, connections
 
 from . import invariants
 from .builders import SETUP, World, make_world  # noqa: F401 -- SETUP: tests import it from here
@@ -28,6 +28,37 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 # --- database ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(request, django_test_environment, django_db_blocker):
+    """The test database, created and migrated by the owner role ("owner" in DATABASES);
+    the application's connection ("default") mirrors it under its own role, which owns
+    nothing (core/dbroles.py). pytest-django alone would only set up "default", a mirror."""
+    from django.test.utils import setup_databases, teardown_databases
+
+    with django_db_blocker.unblock():
+        db_cfg = setup_databases(
+            verbosity=request.config.option.verbose,
+            interactive=False,
+            aliases={"default", "owner"},
+        )
+    yield
+    with django_db_blocker.unblock():
+        # Any session left on the test database (a killed worker's, the wait listener's)
+        # would keep it from dropping: end them, as the owner, on a fresh connection (a
+        # test may have restarted the server under the old one).
+        connections.close_all()
+        with connections["owner"].cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        connections.close_all()
+        try:
+            teardown_databases(db_cfg, verbosity=request.config.option.verbose)
+        except Exception as exc:  # as pytest-django's own fixture: a warning, not an error
+            request.node.warn(pytest.PytestWarning(f"Could not drop the test database: {exc!r}"))
 
 
 @pytest.fixture
@@ -120,9 +151,12 @@ class Downstream:
         return httpx.get(f"{self.url}/{prefix}/state/{quote(target, safe='')}", timeout=5)
 
 
-def start_downstream() -> Downstream:
+def start_downstream(host="127.0.0.1") -> Downstream:
     process = subprocess.Popen(
-        [sys.executable, str(ROOT / "demo/downstream.py"), "--port", "0", "--quiet"],
+        [
+            *(sys.executable, str(ROOT / "demo/downstream.py")),
+            *("--host", host, "--port", "0", "--quiet"),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -256,13 +290,15 @@ def worker(django_db_setup, django_db_blocker, tmp_path_factory):
         w = start_worker(tmp_path_factory)
     yield w
     w.stop()
-    with django_db_blocker.unblock(), connection.cursor() as cursor:
+    connections["owner"].close()  # a test may have restarted the server under it
+    with django_db_blocker.unblock(), connections["owner"].cursor() as cursor:
         # A SIGKILLed worker's sessions linger until the server notices; end them so that
-        # the test database can be dropped.
+        # the test database can be dropped (as the owner: the app's role may not).
         cursor.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE datname = current_database() AND pid <> pg_backend_pid()"
         )
+    connection.close()  # ours was among them; the next query reconnects
 
 
 @pytest.fixture

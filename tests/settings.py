@@ -22,6 +22,9 @@ os.environ.setdefault("METRICS_TOKEN", "test-metrics-token")
 # The console's background re-read on opening an action adds reads the tests do not expect
 # (its own test turns it on).
 os.environ.setdefault("CONSOLE_REREAD_AFTER_SECONDS", "3600")
+# Narrower than the default (all of 127.0.0.0/8): the egress tests serve a tool on 127.0.0.2,
+# which the workers must then refuse (tests/core/test_egress.py).
+os.environ.setdefault("TOOL_URL_ALLOWLIST", "localhost,127.0.0.1/32,::1")
 
 # The tests are an entry point of their own: start the embedded PostgreSQL (when DATABASE_URL
 # is unset) before the project's settings read its URL.

@@ -17,6 +17,7 @@ from core.models import ApiToken, Principal, Tenant, hash_token
 from core.rows import columns, instance, width
 
 LAST_USED_RESOLUTION = timedelta(minutes=1)
+INVALID_TOKEN = "Invalid, expired or revoked token."
 
 
 # Every API request starts here, so it is one hand-written statement: the ORM's compilation
@@ -59,8 +60,10 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed("Use 'Authorization: Bearer <token>'.")
         now = timezone.now()
         token = token_lookup(hash_token(raw.strip()), now)
-        if token is None:
-            raise exceptions.AuthenticationFailed("Invalid, expired or revoked token.")
+        # A disabled operator's token gets the same words as an unknown one: nothing tells
+        # a caller that this one exists, or whose it was.
+        if token is None or (token.user_id is not None and not token.user.is_active):
+            raise exceptions.AuthenticationFailed(INVALID_TOKEN)
         if token.last_used_at is None or token.last_used_at < now - LAST_USED_RESOLUTION:
             # Conditional, so a burst of requests writes once; never inside the request's
             # own transaction, so a rolled-back request still counts as a use.
@@ -70,8 +73,6 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
         if token.principal is not None:
             caller = principal_viewer(token.principal)
         else:
-            if not token.user.is_active:
-                raise exceptions.AuthenticationFailed("This operator is disabled.")
             caller = operator_viewer(token.user, request.headers.get(TENANT_HEADER))
         return caller.into_log_context(), token
 

@@ -2,6 +2,7 @@
 
 import base64
 import binascii
+import uuid
 from datetime import datetime
 
 from django.db.models import Q
@@ -15,15 +16,20 @@ def encode_cursor(at: datetime, pk) -> str:
     return base64.urlsafe_b64encode(f"{at.isoformat()}|{pk}".encode()).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str) -> tuple[datetime, str]:
+def decode_cursor(cursor: str, *, name: str = "cursor") -> tuple[datetime, str]:
+    """(aware datetime, UUID string); anything else is a 400 naming the parameter, so that a
+    crafted cursor never reaches the database (where "zzz" is no uuid: a 500)."""
     try:
+        if len(cursor) > 200:
+            raise ValueError("too long")
         padded = cursor + "=" * (-len(cursor) % 4)
-        at, pk = base64.urlsafe_b64decode(padded.encode()).decode().split("|", 1)
-        return datetime.fromisoformat(at), pk
-    except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
-        raise ValidationFailed(
-            "Bad cursor.", {"cursor": ["Not a cursor this API issued."]}
-        ) from exc
+        at, pk = base64.urlsafe_b64decode(padded.encode("ascii")).decode().split("|", 1)
+        at = datetime.fromisoformat(at)
+        if at.tzinfo is None:
+            raise ValueError("naive datetime")
+        return at, str(uuid.UUID(pk))
+    except (ValueError, binascii.Error, UnicodeError, OverflowError) as exc:
+        raise ValidationFailed("Bad cursor.", {name: ["Not a cursor this API issued."]}) from exc
 
 
 def after(qs, cursor, *, field="created_at", newest_first=True):

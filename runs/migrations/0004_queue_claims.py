@@ -5,7 +5,9 @@ from django.db import migrations, models
 
 
 def create_flag(apps, schema_editor):
-    apps.get_model("runs", "Wakeup").objects.get_or_create(id=1)
+    # On the connection that migrates (the owner's), not "default" (the application's role).
+    db = schema_editor.connection.alias
+    apps.get_model("runs", "Wakeup").objects.using(db).get_or_create(id=1)
 
 
 class Migration(migrations.Migration):

@@ -217,11 +217,11 @@ def test_archive_refuses_a_window_too_short_and_a_bad_duration(live_db):
 
 @pytest.fixture
 def second_alias(live_db):
-    """A second connection alias to the same database, as a deployment would have for the
-    owner role (ARCHIVE_DATABASE)."""
+    """A second connection alias to the same database, as a deployment could name for the
+    owner role (ARCHIVE_DATABASE): the owner's settings under another name."""
     from django.db import connections
 
-    connections.settings["archiver"] = {**connections.settings["default"]}
+    connections.settings["archiver"] = {**connections["owner"].settings_dict}
     try:
         yield "archiver"
     finally:

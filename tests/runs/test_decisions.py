@@ -219,6 +219,15 @@ def test_four_eyes_force_replay_through_the_api(world):
     assert (
         AuditEvent.objects.filter(verb="force_replay.confirm", object_id=str(run.pk)).count() == 1
     )
+    # The confirmed replay has not settled: not even a new request for a second admin.
+    again = admin.post(
+        f"/api/v1/runs/{run.pk}/replay", {"force": True, "reason": "once more"}, format="json"
+    )
+    assert again.status_code == 409
+    assert problem(again)["unsettled_replay"] == confirmed.json()["id"]
+    assert (
+        AuditEvent.objects.filter(verb="force_replay.request", object_id=str(run.pk)).count() == 1
+    )
     done = second.post(f"/api/v1/force-replay-requests/{request_id}/reject")
     assert done.status_code == 409
 

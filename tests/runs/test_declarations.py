@@ -600,7 +600,8 @@ def test_declarations_are_admin_only_audited_and_shown_on_the_tool(w):
     assert (tool["effect"], tool["lookup"]) == ("idempotent", True)
     assert tool["declared_by"] == {"kind": "operator", "name": w.admin.username}
     assert tool["declared_at"]
-    assert w.agent.client().get("/api/v1/tools/update_ticket").json()["lookup"] is True
+    seen_by_agent = w.agent.client().get("/api/v1/tools/update_ticket").json()
+    assert seen_by_agent["lookup"] is True and "base_url" not in seen_by_agent
     same = w.admin.client().post(url, change, format="json")
     assert same.status_code == 409  # nothing would change: nothing is logged
     events = AuditEvent.objects.filter(tenant=w.tenant, verb="tool.declare")

@@ -240,3 +240,57 @@ def test_stale_runs_are_reaped_once_even_by_two_reapers(w):
     assert Run.objects.get(pk=fresh["id"]).status == "running"
     assert sum(counts) >= 1
     assert w.agent.client().get(f"/api/v1/runs/{run['id']}").json()["tools_executed"] is None
+
+
+# --- one unsettled replay per run; the history is admin's -------------------------------------
+
+
+def test_concurrent_force_replays_create_exactly_one(w):
+    run = w.start_run()
+    finish(w, run, "error", ["send_email"])
+    barrier = threading.Barrier(20)
+    answers = []
+
+    def force():
+        barrier.wait()
+        try:
+            answers.append(replay(w.admin, run, force=True, reason="customer asked"))
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=force) for _ in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    codes = sorted(a.status_code for a in answers)
+    assert codes == [201] + [409] * 19, codes
+    winner = next(a.json() for a in answers if a.status_code == 201)
+    for loser in (a for a in answers if a.status_code == 409):
+        body = problem(loser)
+        assert body["type"] == "/problems/replay-refused"
+        assert body["unsettled_replay"] == winner["id"]
+    assert Run.objects.filter(replay_of_id=run["id"]).count() == 1
+    assert AuditEvent.objects.filter(verb="force_replay", object_id=run["id"]).count() == 1
+
+
+def test_a_second_replay_waits_until_the_first_settles(w):
+    run = w.start_run()
+    finish(w, run, "error", [])
+    first = replay(w.agent, run)
+    assert first.status_code == 201
+    for persona, body in [(w.agent, {}), (w.admin, {"force": True, "reason": "again"})]:
+        again = replay(persona, run, **body)
+        assert again.status_code == 409
+        assert first.json()["id"] in problem(again)["detail"]
+    # The replay is claimed and fails cleanly; now the original may be replayed again.
+    claimed = w.agent.client().post("/api/v1/runs/claim")
+    assert claimed.json()["id"] == first.json()["id"]
+    finish(w, claimed.json(), "error", [])
+    assert replay(w.agent, run).status_code == 201
+
+
+@pytest.mark.parametrize("who", ["agent", "approver", "oncall"])
+def test_the_replay_history_is_admin_only(w, who):
+    assert getattr(w, who).client().get("/api/v1/replays").status_code == 403
+    assert w.admin.client().get("/api/v1/replays").status_code == 200

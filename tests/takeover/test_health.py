@@ -14,6 +14,7 @@ import warnings
 
 import httpx
 import pytest
+from django.conf import settings
 
 from tests.conftest import ROOT
 
@@ -92,6 +93,8 @@ def test_readyz_answers_503_naming_the_database_when_it_is_stopped(own_postgres)
         **os.environ,
         "DATABASE_URL": server.get_uri("postgres"),
         "DJANGO_SETTINGS_MODULE": "tests.settings",
+        # The web application refuses a generated key with DEBUG off (takeover/wsgi.py).
+        "SECRET_KEY": settings.SECRET_KEY,
     }
     web = subprocess.Popen(
         [

@@ -35,7 +35,7 @@ import psycopg
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
-from django.db import connection
+from django.db import connection, connections
 
 from takeover import loadgen
 
@@ -257,7 +257,9 @@ def postmaster_pid() -> int | None:
 
 
 def admin_conninfo(dbname: str) -> str:
-    return database_url(connection.settings_dict, dbname)
+    # As the owner of the tables: the application's role may not create databases. The
+    # scratch database then runs as that one role (DATABASE_URL only).
+    return database_url(connections["owner"].settings_dict, dbname)
 
 
 def recreate_database(name: str) -> str:
@@ -281,7 +283,7 @@ def pgbench_binary() -> str:
 
 def pgbench_tps(seconds: int, clients: int = 4) -> float:
     """TPC-B-like pgbench on a scratch database of the same server."""
-    s = connection.settings_dict
+    s = connections["owner"].settings_dict
     name = f"{s['NAME']}_pgbench"
     recreate_database(name)
     env = {**os.environ}

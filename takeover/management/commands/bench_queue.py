@@ -29,7 +29,7 @@ from urllib.parse import quote
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 from django.test import Client
 from django.utils import timezone
 
@@ -81,15 +81,18 @@ class Command(BaseCommand):
     def handle(self, *args, actions, open, runs, inner, **options):
         if inner:
             return self.bench(actions, open, runs)
-        bench_name = f"{connection.settings_dict['NAME']}_bench"
-        with connection.cursor() as cursor:
+        # The owner creates the bench database (the application's role may not), and the
+        # bench runs as that single role in it.
+        owner = connections["owner"]
+        bench_name = f"{owner.settings_dict['NAME']}_bench"
+        with owner.cursor() as cursor:
             cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", [bench_name])
             exists = cursor.fetchone()
         if not exists:
             self.stdout.write(f"Creating the bench database {bench_name} …")
-            with connection.cursor() as cursor:
+            with owner.cursor() as cursor:
                 cursor.execute(f'CREATE DATABASE "{bench_name}"')
-        env = {**os.environ, "DATABASE_URL": database_url(connection.settings_dict, bench_name)}
+        env = {**os.environ, "DATABASE_URL": database_url(owner.settings_dict, bench_name)}
         manage = [sys.executable, "manage.py"]
         subprocess.run([*manage, "migrate", "--no-input", "-v0"], env=env, check=True)
         command = [*manage, "bench_queue", "--inner", f"--actions={actions}", f"--open={open}"]

@@ -1,0 +1,198 @@
+"""The egress policy (docs/design.md, "The tool protocol"): tools cannot be aimed inward."""
+
+import socket
+import uuid
+
+import httpx
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from core import egress
+from core.models import AuditEvent, Tool
+from core.services import tool_update
+from runs.models import Action
+from tests.builders import SETUP
+
+from ..conftest import problem, start_downstream
+
+
+def register(world, base_url, name=None):
+    return world.admin.client().post(
+        "/api/v1/tools",
+        {"name": name or f"t_{uuid.uuid4().hex[:8]}", "base_url": base_url},
+        format="json",
+    )
+
+
+def counts(world):
+    return (
+        Tool.objects.filter(tenant=world.tenant).count(),
+        AuditEvent.objects.filter(tenant=world.tenant).count(),
+    )
+
+
+@pytest.mark.parametrize(
+    "base_url",
+    [
+        # The reported SSRF: "#" turns the appended /effects into a fragment.
+        "http://127.0.0.1:8828/data.json#",
+        "http://127.0.0.1:8828/data.json#x",
+        "http://127.0.0.1:8828/data?",
+        "http://127.0.0.1:8828/data?x=1",
+        "http://user:secret@127.0.0.1:8828/",
+        "http://user@127.0.0.1:8828/",
+        "ftp://127.0.0.1/tickets",
+        "file:///etc/passwd",
+        "/tickets",
+        "127.0.0.1:8100/tickets",
+        "http://",
+        "http://127.0.0.1:99999/",
+        "http://127.0.0.1:8100/tick ets",
+        "http://127.0.0.1:8100/\u0000",
+        # Outside the allowlist (the tests' allowlist is localhost, 127.0.0.1/32, ::1).
+        "http://10.0.0.5/tickets",
+        "http://192.168.1.1/",
+        "http://127.0.0.2:8100/",
+        "http://8.8.8.8/",
+        "http://0.0.0.0:8100/",
+        "http://[::ffff:10.0.0.5]/",
+        # Link-local: cloud metadata.
+        "http://169.254.169.254/latest/meta-data/",
+        "http://[fe80::1]/",
+        "http://[::ffff:169.254.169.254]/",
+        # A name that is not listed and does not resolve.
+        "http://tools.example.invalid/",
+    ],
+)
+def test_a_base_url_outside_the_policy_is_a_400_naming_it_and_writes_nothing(world, base_url):
+    before = counts(world)
+    response = register(world, base_url)
+    assert response.status_code == 400, response.content
+    body = problem(response)
+    assert body["type"] == "/problems/validation-error"
+    assert "base_url" in body["errors"], body
+    assert counts(world) == before
+
+
+@pytest.mark.parametrize(
+    "base_url", ["http://127.0.0.1:8100/tickets", "http://localhost:8100/email", "http://[::1]:81/"]
+)
+def test_a_loopback_base_url_is_accepted(world, base_url):
+    response = register(world, base_url)
+    assert response.status_code == 201, response.content
+
+
+def test_changing_a_tool_to_a_refused_url_is_refused_and_changes_nothing(world):
+    tool = world.tool("update_ticket")
+    before = counts(world)
+    with pytest.raises(egress.ValidationFailed) as refused:
+        tool_update(tool, actor=SETUP, base_url="http://169.254.169.254/")
+    assert "base_url" in refused.value.extra["errors"]
+    tool.refresh_from_db()
+    assert tool.base_url == world.downstream.base("tickets")
+    assert counts(world) == before
+
+
+def test_allowlist_entries():
+    rules = egress.parse_allowlist(
+        " tools.acme.com, *.svc.acme.com ,10.20.0.0/16, 192.0.2.7, fd00::/8 ,169.254.169.254/32"
+    )
+    ip = egress.ipaddress.ip_address
+    assert rules.name_listed("tools.acme.com") and rules.name_listed("TOOLS.acme.com.")
+    assert rules.name_listed("a.svc.acme.com") and rules.name_listed("a.b.svc.acme.com")
+    assert not rules.name_listed("svc.acme.com") and not rules.name_listed("evil-tools.acme.com")
+    assert rules.address_allowed(ip("10.20.3.4")) and not rules.address_allowed(ip("10.21.0.1"))
+    assert rules.address_allowed(ip("192.0.2.7")) and not rules.address_allowed(ip("192.0.2.8"))
+    assert rules.address_allowed(ip("fd00::5"))
+    assert rules.address_allowed(ip("::ffff:10.20.0.1"))  # IPv4-mapped is judged as IPv4
+    # Listed explicitly, so this one metadata address is allowed; its neighbours are not.
+    assert rules.address_allowed(ip("169.254.169.254"))
+    assert not rules.address_allowed(ip("169.254.169.253"))
+    # A listed name does not vouch for an inward address it resolves to.
+    assert rules.address_allowed(ip("203.0.113.9"), host="tools.acme.com")
+    assert not rules.address_allowed(ip("127.0.0.1"), host="tools.acme.com")
+    assert not rules.address_allowed(ip("169.254.1.1"), host="tools.acme.com")
+
+
+def test_link_local_needs_an_explicit_entry_not_a_broad_range():
+    rules = egress.parse_allowlist("0.0.0.0/0,::/0")
+    ip = egress.ipaddress.ip_address
+    assert rules.address_allowed(ip("10.1.2.3"))
+    assert not rules.address_allowed(ip("169.254.169.254"))
+    assert not rules.address_allowed(ip("fe80::1"))
+
+
+def test_the_default_allowlist_is_loopback_only():
+    rules = egress.parse_allowlist(egress.DEFAULT_ALLOWLIST)
+    ip = egress.ipaddress.ip_address
+    assert rules.address_allowed(ip("127.0.0.1")) and rules.address_allowed(ip("127.9.9.9"))
+    assert rules.address_allowed(ip("::1")) and rules.name_listed("localhost")
+    for outside in ("10.0.0.1", "172.16.0.1", "192.168.0.1", "8.8.8.8", "169.254.169.254"):
+        assert not rules.address_allowed(ip(outside)), outside
+
+
+@pytest.mark.parametrize("entry", ["*", "*.", "http://x.com", "a..b", "10.0.0.0/33", "x*.com"])
+def test_a_bad_allowlist_entry_stops_the_process(entry):
+    with pytest.raises(ImproperlyConfigured):
+        egress.parse_allowlist(f"localhost,{entry}")
+
+
+def test_the_connect_time_check_uses_the_resolved_address(downstream, monkeypatch, settings):
+    """DNS rebinding: a listed name that now resolves inward is refused before anything is
+    sent; resolving to an allowed address, the same call goes through to the real tool."""
+    settings.TOOL_URL_ALLOWLIST = "127.0.0.1/32,rebind.test"
+    port = int(downstream.url.rsplit(":", 1)[1])
+    answer = {"rebind.test": "169.254.169.254"}
+    real = socket.getaddrinfo
+
+    def resolver(host, *args, **kwargs):
+        if host in answer:
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (answer[host], port))]
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolver)
+    egress.validate_base_url(f"http://rebind.test:{port}/tickets")  # the name is listed
+    url = f"http://rebind.test:{port}/tickets/state/nope"
+    with egress.egress_client(2) as client, pytest.raises(httpx.ConnectError, match="egress"):
+        client.get(url)
+    answer["rebind.test"] = "127.0.0.1"
+    with egress.egress_client(2) as client:
+        assert client.get(url).status_code == 404  # the demo downstream answered
+
+
+def test_the_client_ignores_proxies_and_redirects(downstream, monkeypatch):
+    monkeypatch.setenv("HTTP_PROXY", "http://169.254.169.254:80")
+    with egress.egress_client(2) as client:
+        assert client.get(f"{downstream.url}/tickets/state/nope").status_code == 404
+        assert client.follow_redirects is False
+
+
+@pytest.fixture(scope="module")
+def second_loopback():
+    """A real tool server on 127.0.0.2: reachable, but outside the tests' allowlist."""
+    ds = start_downstream(host="127.0.0.2")
+    yield ds
+    ds.process.terminate()
+    ds.process.wait(10)
+
+
+def test_an_action_whose_tool_became_disallowed_fails_not_sent(
+    world, worker, second_loopback, settings
+):
+    # Registered while the deployer allowed it (in this process)...
+    settings.TOOL_URL_ALLOWLIST = "127.0.0.0/8"
+    world.tool("update_ticket", base_url=second_loopback.base("tickets"))
+    assert httpx.get(f"{second_loopback.url}/tickets/state/t-1", timeout=5).status_code == 404
+    # ...and the workers run with the narrower allowlist (tests/settings.py).
+    run = world.start_run()
+    response = world.propose(
+        run["id"], "egress-1", tool="update_ticket", target="t-1", desired_state={"status": "x"}
+    )
+    assert response.status_code == 201, response.content
+    action = world.wait_action(response.json()["id"])
+    assert action["state"] == "failed", [(a["outcome"], a["detail"]) for a in action["attempts"]]
+    assert action["failure_reason"] == "not_sent"
+    assert all(a["outcome"] == "not_sent" for a in action["attempts"])
+    assert "egress refused" in action["attempts"][0]["detail"]
+    assert second_loopback.received("egress-1") == 0
+    assert Action.objects.get(pk=action["id"]).state == "failed"
