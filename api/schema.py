@@ -19,12 +19,15 @@ from drf_spectacular.utils import (
 from rest_framework import serializers as f
 
 from approvals.models import ApprovalState, RequestState
+from core.models import ToolEffect
 from ledger.models import LedgerStatus
 from runs.states import (
     ActionState,
+    AttemptKind,
     AttemptOutcome,
     BlockReason,
     FailureReason,
+    ReadKind,
     Resolution,
     RunStatus,
     Trigger,
@@ -58,6 +61,15 @@ class AuthoritativeOut(f.Serializer):
     version = f.IntegerField()
 
 
+class DeclarationOut(f.Serializer):
+    """What a tool declared it is, as it stood when a decision relied on it."""
+
+    effect = _choice(ToolEffect.choices)
+    lookup = f.BooleanField(help_text="It answers GET {base_url}/effects/{key}.")
+    declared_by = ActorOut(allow_null=True)
+    declared_at = f.DateTimeField(allow_null=True)
+
+
 class AttemptOut(f.Serializer):
     number = f.IntegerField()
     started_at = f.DateTimeField()
@@ -65,17 +77,39 @@ class AttemptOut(f.Serializer):
     outcome = _nullable_choice(AttemptOutcome.choices)
     http_status = f.IntegerField(allow_null=True)
     detail = f.CharField(allow_blank=True)
+    kind = _choice(
+        AttemptKind.choices,
+        help_text="`send` (the first), `safe_retry` (the previous attempt provably never "
+        "left), `resend` (an unknown outcome sent again with the same Idempotency-Key, "
+        "because the tool declares `idempotent` or `read_only`).",
+    )
+    declaration = DeclarationOut(
+        allow_null=True, help_text="For a resend: the declaration that allowed it."
+    )
 
 
 class ReconciliationOut(f.Serializer):
     at = f.DateTimeField()
     authoritative = AuthoritativeOut(allow_null=True)
-    verdict = _choice(Verdict.choices)
+    verdict = _choice(
+        Verdict.choices,
+        help_text="A state read: `match`, `mismatch`, `moved_on`, `read_failed`, `missing`. "
+        "A lookup (`kind: lookup`): `lookup_applied` (the tool applied the key: settles "
+        "the action), `lookup_not_found` (the tool reports it never received the key), "
+        "`lookup_failed` (it could not tell; the state is read instead).",
+    )
     diff = DiffOut(many=True)
     expected_version = f.IntegerField(allow_null=True)
     actual_version = f.IntegerField(allow_null=True)
     detail = f.CharField(allow_blank=True)
     actor = ActorOut(allow_null=True)
+    kind = _choice(
+        ReadKind.choices,
+        help_text="`state`: GET {base_url}/state/{target}; `lookup`: GET {base_url}/effects/{key}.",
+    )
+    declaration = DeclarationOut(
+        allow_null=True, help_text="For a lookup: the declaration that made Takeover ask."
+    )
 
 
 class ActionOut(f.Serializer):
@@ -88,6 +122,11 @@ class ActionOut(f.Serializer):
     desired_state = f.DictField()
     expected_version = f.IntegerField(allow_null=True)
     idempotency_key = f.CharField()
+    effect = _choice(
+        ToolEffect.choices,
+        help_text="The tool's effect declaration when this was proposed: a `read_only` "
+        "tool's action needs no approval and holds no ledger key.",
+    )
     state = _choice(ActionState.choices)
     block_reason = _nullable_choice(BlockReason.choices)
     failure_reason = _nullable_choice(FailureReason.choices)
@@ -147,8 +186,30 @@ class RunOut(f.Serializer):
     heartbeat_at = f.DateTimeField(allow_null=True)
 
 
+class SafeToolOut(DeclarationOut):
+    tool = f.CharField()
+    why = f.CharField(help_text="Which declaration makes a repeat harmless, in words.")
+
+
+class ReplayVerdictOut(f.Serializer):
+    allowed = f.BooleanField(help_text="A replay without force would be created.")
+    forceable = f.BooleanField()
+    gone = f.BooleanField(help_text="The input file is no longer stored (410).")
+    message = f.CharField()
+    tools_at_risk = f.ListField(child=f.CharField(), allow_null=True)
+    not_applied = f.ListField(
+        child=f.CharField(), help_text="Called tools an operator resolved as not applied."
+    )
+    safe_tools = SafeToolOut(
+        many=True,
+        help_text="Called tools that their declarations make safe to repeat: `read_only`, "
+        "or `idempotent` with every call keyed through Takeover.",
+    )
+
+
 class RunDetailOut(RunOut):
     actions = ActionSummaryOut(many=True)
+    replay_verdict = ReplayVerdictOut(help_text="What a replay without force would answer.")
 
 
 class ReplayOut(f.Serializer):
@@ -159,6 +220,7 @@ class ReplayOut(f.Serializer):
     forced = f.BooleanField()
     reason = f.CharField(allow_blank=True)
     tools_at_risk = f.ListField(child=f.CharField(), allow_null=True)
+    safe_tools = SafeToolOut(many=True)
     at = f.DateTimeField()
 
 
@@ -231,7 +293,19 @@ class ToolOut(f.Serializer):
     name = f.CharField()
     # Operators only: a principal is not told where a tool lives.
     base_url = f.URLField(required=False)
-    effect = f.ChoiceField(choices=["read_only", "idempotent", "unsafe"])
+    effect = _choice(
+        ToolEffect.choices,
+        help_text="`read_only`: no side effect (no approval, no ledger key, never at risk in "
+        "a replay); `idempotent`: applies an Idempotency-Key at most once and answers a "
+        "repeat with the first result (an unknown outcome is re-sent with the same key); "
+        "`unsafe`: neither (the default).",
+    )
+    lookup = f.BooleanField(
+        help_text="Answers GET {base_url}/effects/{key}: 200 `{applied: true, state, "
+        "version}` or 404; reconciliation asks it first."
+    )
+    declared_by = ActorOut(allow_null=True, help_text="Who made the declaration in force.")
+    declared_at = f.DateTimeField(allow_null=True)
     requires_approval = f.BooleanField()
     identity_fields = f.ListField(child=f.CharField())
     timeout_seconds = f.FloatField()
@@ -494,10 +568,11 @@ IDEMPOTENCY_KEY = OpenApiParameter(
     "Idempotency-Key",
     OpenApiTypes.STR,
     OpenApiParameter.HEADER,
-    required=True,
-    description="1–255 visible ASCII characters, bare or as an RFC 8941 quoted string, "
-    "derived from stable intent (trigger event id, tool, normalized target). Scoped per "
-    "tenant.",
+    required=False,
+    description="Required, except for a tool declared `read_only` (a read takes no ledger key "
+    "space: without a key it is keyed `read:<action id>`, and a key it is given reserves "
+    "nothing). 1–255 visible ASCII characters, bare or as an RFC 8941 quoted string, derived "
+    "from stable intent (trigger event id, tool, normalized target). Scoped per tenant.",
 )
 CURSOR = OpenApiParameter(
     "cursor",

@@ -124,10 +124,35 @@ class ToolIn(serializers.Serializer):
     name = serializers.RegexField(r"^[A-Za-z0-9_.-]{1,100}$")
     # The shape and destination rules are the egress policy's, in the service (core/egress.py).
     base_url = StrictCharField(max_length=500)
-    effect = serializers.ChoiceField(choices=ToolEffect.choices, required=False, default="unsafe")
+    effect = serializers.ChoiceField(
+        choices=ToolEffect.choices,
+        required=False,
+        default="unsafe",
+        help_text="What the tool is: `read_only`, `idempotent` or `unsafe`.",
+    )
+    lookup = StrictBooleanField(
+        required=False,
+        default=False,
+        help_text="The tool answers GET {base_url}/effects/{key} (200 applied, 404 never seen).",
+    )
     requires_approval = StrictBooleanField(required=False, default=False)
     identity_fields = StringListField(required=False, default=list)
     timeout_seconds = StrictFloatField(min_value=0.1, max_value=300, required=False, default=10)
+
+
+class ToolDeclareIn(serializers.Serializer):
+    """Change a tool's declarations: name at least one of `effect` and `lookup`."""
+
+    effect = serializers.ChoiceField(choices=ToolEffect.choices, required=False)
+    lookup = StrictBooleanField(required=False)
+    reason = StrictCharField(max_length=5000, help_text="Why the claim changed (audited).")
+
+    def validate(self, data):
+        if "effect" not in data and "lookup" not in data:
+            raise serializers.ValidationError(
+                {"effect": ["Name at least one of effect and lookup."]}
+            )
+        return data
 
 
 class PrincipalIn(serializers.Serializer):

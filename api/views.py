@@ -35,6 +35,7 @@ from core.services import (
     token_rotate,
     tokens_manageable,
     tool_create,
+    tool_declare,
 )
 from ledger.models import LedgerEntry
 from ledger.services import ledger_revoke
@@ -64,10 +65,13 @@ IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
 SF_STRING = re.compile(r'^"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"$')
 
 
-def idempotency_key(request) -> str:
-    """The Idempotency-Key header, bare or as an RFC 8941 sf-string; returned bare."""
+def idempotency_key(request, *, required: bool = True) -> str | None:
+    """The Idempotency-Key header, bare or as an RFC 8941 sf-string; returned bare. Without
+    the header: a 400, or None when not `required` (a read_only tool's proposal)."""
     raw = request.headers.get("Idempotency-Key")
     if raw is None:
+        if not required:
+            return None
         raise IdempotencyKeyMissing()
     raw = raw.strip()
     if quoted := SF_STRING.match(raw):
@@ -436,6 +440,17 @@ def replays(request):
 # --- actions ---------------------------------------------------------------------------
 
 
+def _names_read_only_tool(request, principal) -> bool:
+    """Whether the body names a tool of this tenant declared read_only. Asked only when the
+    Idempotency-Key header is missing, before anything else is validated, so that every
+    other proposal without one is the 400 it always was."""
+    data = request.data
+    name = data.get("tool") if isinstance(data, dict) else None
+    return isinstance(name, str) and (
+        Tool.objects.filter(tenant_id=principal.tenant_id, name=name, effect="read_only").exists()
+    )
+
+
 @extend_schema(
     operation_id="actions_propose",
     request=s.ActionProposeIn,
@@ -457,7 +472,13 @@ def replays(request):
 @api_view(["POST"])
 def propose(request, pk):
     principal = require_principal(request)
-    key = idempotency_key(request)
+    # A side-effecting proposal must carry a key (README, "Idempotency keys"). A read_only
+    # tool's may omit it: a read takes no ledger key space (runs.services._read_action_create).
+    key = idempotency_key(
+        request,
+        required="Idempotency-Key" in request.headers
+        or not _names_read_only_tool(request, principal),
+    )
     fields = valid(s.ActionProposeIn, body_object(request))
     # One read: the run, the tool and the key's live entry with its action. A ledger hit is
     # answered from it without another query and without writing anything.
@@ -470,6 +491,8 @@ def propose(request, pk):
         raise ValidationFailed(
             "Unknown tool.", {"tool": [f"No tool named {fields['tool']!r} in this tenant."]}
         )
+    if key is None and found.tool.effect != "read_only":  # re-declared since the peek above
+        raise IdempotencyKeyMissing()
     action, created, changed = services.action_propose(
         run=found.run,
         tool=found.tool,
@@ -920,6 +943,50 @@ def tools(request):
     fields = valid(s.ToolIn, body_object(request))
     tool = tool_create(tenant=caller.tenant, actor=caller.actor, **fields)
     return Response(present.tool_dict(tool), status=201)
+
+
+def get_tool_for(caller, name) -> Tool:
+    tool = Tool.objects.filter(tenant=caller.tenant, name=name).first()
+    if tool is None:
+        raise Http404
+    return tool
+
+
+@extend_schema(
+    operation_id="tools_retrieve",
+    request=None,
+    responses={**ok(200, o.ToolOut), **errors_for(404)},
+)
+@api_view(["GET"])
+def tool_detail(request, name):
+    """One tool, by name, with its declarations (`effect`, `lookup`) and who made them; to a
+    principal without its `base_url`, as in the list."""
+    caller = request.user
+    tool = get_tool_for(caller, name)
+    return Response(present.tool_dict(tool, with_url=not caller.is_principal))
+
+
+@extend_schema(
+    operation_id="tools_declare",
+    request=s.ToolDeclareIn,
+    responses={
+        **ok(200, o.ToolOut, "The tool, declaring what it now is."),
+        **errors_for(404, 409, 411, 413, 415),
+    },
+)
+@api_view(["POST"])
+def tool_declaration(request, name):
+    """Change what a tool declares it is: `effect` and/or `lookup`, with a `reason`. Admin.
+
+    Declarations are the tool owner's claims, and the engine acts on them (resends to
+    `idempotent` tools, lookups, replay verdicts), so the change is audited
+    (`tool.declare`, before and after) and every later decision records the declaration it
+    relied on. 409 when nothing would change."""
+    caller = require_operator(request, Role.ADMIN)
+    tool = get_tool_for(caller, name)
+    fields = valid(s.ToolDeclareIn, body_object(request))
+    tool = tool_declare(tool, actor=caller.actor, **fields)
+    return Response(present.tool_dict(tool))
 
 
 @extend_schema(

@@ -214,6 +214,10 @@ def queue_reason(action) -> str:
     # unknown
     if verdict == "read_failed":
         return f"reading the authoritative state failed ({action.reconcile_failures}×)"
+    if verdict == "lookup_not_found":
+        return "the tool reports it never received the key"
+    if verdict == "lookup_failed":
+        return "the tool's lookup could not tell; reconciling"
     status = getattr(action, "last_http_status", None)
     if status:
         return f"tool answered HTTP {status}; reconciling"
@@ -283,7 +287,40 @@ VERDICT_TONES = {
     "moved_on": "warn",
     "missing": "bad",
     "read_failed": "warn",
+    "lookup_applied": "good",
+    "lookup_not_found": "warn",
+    "lookup_failed": "warn",
 }
+EFFECT_MEANINGS = {
+    "read_only": "No side effect: no approval, no ledger key, never at risk in a replay; an "
+    "unknown outcome is simply asked again.",
+    "idempotent": "Applies one Idempotency-Key at most once and answers a repeat with the "
+    "first result: an unknown outcome is sent again with the same key (bounded), and a "
+    "replay does not put it at risk.",
+    "unsafe": "No guarantee: an unknown outcome is reconciled or handed to a person, never "
+    "sent again.",
+}
+ATTEMPT_KINDS = {
+    "send": "",
+    "safe_retry": "safe retry: the previous attempt never left",
+    "resend": "resend, same key",
+}
+
+
+def declaration_label(declaration) -> str:
+    """`effect`, lookup and who declared it, in one line (a Tool or a recorded copy)."""
+    if declaration is None:
+        return ""
+    if not isinstance(declaration, dict):
+        declaration = declaration.declaration
+    parts = [declaration.get("effect") or "unsafe"]
+    if declaration.get("lookup"):
+        parts.append("lookup")
+    who = declaration.get("declared_by") or {}
+    text = ", ".join(parts)
+    if who:
+        text += f" (declared by {who.get('kind')}:{who.get('name')})"
+    return text
 
 
 def _audit_entry(event) -> TimelineEntry:
@@ -297,10 +334,15 @@ def _audit_entry(event) -> TimelineEntry:
             lines.append(f"{key.replace('_', ' ')}: {value}")
     if event.verb == "approval.grant" and (expires := (event.after or {}).get("expires_at")):
         lines.append(f"expires {expires}")
+    title = VERB_TITLES.get(event.verb, event.verb)
+    after = event.after or {}
+    if after.get("kind") == "resend":
+        title = f"Claimed for a resend (attempt {after.get('attempt')}, same key)"
+        lines.append(f"allowed by the declaration: {declaration_label(after.get('declaration'))}")
     return TimelineEntry(
         at=event.at,
         kind="audit",
-        title=VERB_TITLES.get(event.verb, event.verb),
+        title=title,
         actor=f"{event.actor_kind}:{event.actor_name}",
         detail=event.reason,
         tone=VERB_TONES.get(event.verb, ""),
@@ -335,10 +377,14 @@ def action_timeline(attempts, reads, events) -> list[TimelineEntry]:
     entries = [_audit_entry(e) for e in events if e.verb not in SHOWN_AS_READS]
     for a in attempts:
         outcome = a.outcome or "in flight"
-        title = f"Dispatch attempt {a.number}: {outcome.replace('_', ' ')}"
+        kind = ATTEMPT_KINDS.get(a.kind, "")
+        title = f"Dispatch attempt {a.number}{f' ({kind})' if kind else ''}: "
+        title += outcome.replace("_", " ")
         if a.http_status:
             title += f" (HTTP {a.http_status})"
         lines = [f"started {a.started_at:%H:%M:%S.%f}"[:-3]]
+        if a.declaration:
+            lines.append(f"allowed by the declaration: {declaration_label(a.declaration)}")
         if a.finished_at:
             ms = (a.finished_at - a.started_at).total_seconds() * 1000
             lines.append(f"took {ms:.0f} ms")
@@ -361,11 +407,19 @@ def action_timeline(attempts, reads, events) -> list[TimelineEntry]:
         if r.diff:
             lines.append("differs: " + ", ".join(d["field"] for d in r.diff))
         who = r.actor or {}
+        label = VERDICT_MEANING.get(r.verdict, r.verdict)
+        title = f"Reconciliation read: {label}"
+        if r.kind == "lookup":
+            title = f"Lookup of the key: {label}"
+            if r.declaration:
+                lines.append(
+                    f"asked because the tool declares lookup: true ({r.declaration.get('effect')})"
+                )
         entries.append(
             TimelineEntry(
                 at=r.at,
                 kind="read",
-                title=f"Reconciliation read: {VERDICT_MEANING.get(r.verdict, r.verdict)}",
+                title=title,
                 actor=f"{who.get('kind', '')}:{who.get('name', '')}" if who else "",
                 detail=r.detail,
                 tone=VERDICT_TONES.get(r.verdict, ""),

@@ -431,6 +431,10 @@ def _action_context(request, action, **extra) -> dict:
     change_text, change_at = _controls_change(action, claimed_by_me)
     latest_read = reads[-1] if reads else None
     read_age = (timezone.now() - latest_read.at).total_seconds() if latest_read else None
+    # The tool's own answer about the key, while it is the latest word (no attempt since).
+    lookup = next((r for r in reversed(reads) if r.kind == "lookup"), None)
+    if lookup and attempts and attempts[-1].started_at > lookup.at:
+        lookup = None
     resolvable = action.state in {ActionState.UNKNOWN, ActionState.NEEDS_HUMAN}
     context = {
         "section": "queue",
@@ -443,6 +447,9 @@ def _action_context(request, action, **extra) -> dict:
         and resolvable
         and (read_age is None or read_age > settings.CONSOLE_REREAD_AFTER_SECONDS),
         "timeline": sel.action_timeline(attempts, reads, events),
+        "lookup": lookup,
+        "effect_meaning": sel.EFFECT_MEANINGS.get(action.tool.effect, ""),
+        "resends": sum(1 for a in attempts if a.kind == "resend"),
         "diff": diff,
         "attempts": attempts,
         "desired_json": sel.pretty_json(action.desired_state),

@@ -76,6 +76,7 @@ class Verb(models.TextChoices):
     OPERATOR_LOCKED_OUT = "operator.locked_out", "Sign-in locked after failed attempts"
     TOOL_CREATE = "tool.create", "Tool registered"
     TOOL_UPDATE = "tool.update", "Tool changed"
+    TOOL_DECLARE = "tool.declare", "Tool's declarations (effect, lookup) changed"
     TOKEN_ISSUE = "token.issue", "API token issued"
     TOKEN_REVOKE = "token.revoke", "API token revoked"
     TOKEN_ROTATE = "token.rotate", "API token rotated"

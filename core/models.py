@@ -169,7 +169,14 @@ class Tool(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="tools")
     name = models.CharField(max_length=100)
     base_url = models.URLField(max_length=500)
+    # What the tool's owner declares it is (README, "The tool protocol", optional
+    # capabilities). Claims, not facts: the engine relies on them (resends, lookups, replay
+    # verdicts), so changing one is an admin's audited act (`core.services.tool_declare`),
+    # and each decision that relied on one keeps a copy of it (`Tool.declaration`).
     effect = models.CharField(max_length=16, choices=ToolEffect.choices, default=ToolEffect.UNSAFE)
+    lookup = models.BooleanField(default=False)  # answers GET {base_url}/effects/{key}
+    declared_by = models.JSONField(null=True, blank=True)  # the actor of the last declaration
+    declared_at = models.DateTimeField(null=True, blank=True)
     requires_approval = models.BooleanField(default=False)
     # Keys of desired_state that identify the effect; empty means all of them.
     identity_fields = models.JSONField(default=list, blank=True)
@@ -190,6 +197,16 @@ class Tool(models.Model):
 
     def __str__(self):
         return self.name
+
+    @property
+    def declaration(self) -> dict:
+        """The declaration in force, as recorded on every decision that relies on it."""
+        return {
+            "effect": self.effect,
+            "lookup": self.lookup,
+            "declared_by": self.declared_by,
+            "declared_at": self.declared_at.isoformat() if self.declared_at else None,
+        }
 
 
 class AuditEvent(models.Model):

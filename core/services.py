@@ -73,6 +73,7 @@ def tool_create(
     name: str,
     base_url: str,
     effect: str = ToolEffect.UNSAFE,
+    lookup: bool = False,
     requires_approval: bool = False,
     identity_fields=(),
     timeout_seconds: float = 10,
@@ -81,6 +82,8 @@ def tool_create(
     """Register a tool; its base_url must pass the egress policy (core/egress.py) or nothing is
     written (a 400 naming base_url)."""
     actor.require(Role.ADMIN)
+    effect = effect or ToolEffect.UNSAFE
+    _check_declaration(effect, lookup, requires_approval)
     validate_base_url(base_url)
     with transaction.atomic():
         if Tool.objects.filter(tenant=tenant, name=name).exists():
@@ -89,7 +92,10 @@ def tool_create(
             tenant=tenant,
             name=name,
             base_url=base_url,
-            effect=effect or ToolEffect.UNSAFE,
+            effect=effect,
+            lookup=lookup,
+            declared_by=actor.as_dict(),
+            declared_at=timezone.now(),
             requires_approval=requires_approval,
             identity_fields=list(identity_fields),
             timeout_seconds=timeout_seconds,
@@ -102,6 +108,7 @@ def tool_create(
                 "name": name,
                 "base_url": base_url,
                 "effect": tool.effect,
+                "lookup": tool.lookup,
                 "requires_approval": requires_approval,
                 "identity_fields": tool.identity_fields,
                 "timeout_seconds": timeout_seconds,
@@ -244,7 +251,25 @@ def tokens_manageable(tenant: Tenant, admin_user=None):
     )
 
 
-TOOL_EDITABLE = {"base_url", "effect", "requires_approval", "identity_fields", "timeout_seconds"}
+def _check_declaration(effect: str, lookup: bool, requires_approval: bool) -> None:
+    if effect not in ToolEffect.values:
+        raise ValidationFailed(
+            "Unknown effect.", {"effect": [f"One of {', '.join(ToolEffect.values)}."]}
+        )
+    if not isinstance(lookup, bool):
+        raise ValidationFailed("lookup must be true or false.", {"lookup": ["A boolean."]})
+    # A read has no side effect, so there is nothing to approve: the two settings together
+    # would say two different things, and the engine would have to pick one silently.
+    if effect == ToolEffect.READ_ONLY and requires_approval:
+        raise ValidationFailed(
+            "A read_only tool needs no approval.",
+            {"requires_approval": ["Must be false for a read_only tool (it has no side effect)."]},
+        )
+
+
+# Declarations (`effect`, `lookup`) are not among them: they change only through
+# `tool_declare`, an admin's act with a reason.
+TOOL_EDITABLE = {"base_url", "requires_approval", "identity_fields", "timeout_seconds"}
 
 
 def tool_update(tool: Tool, *, actor: Actor, reason: str = "", **changes) -> Tool:
@@ -253,6 +278,8 @@ def tool_update(tool: Tool, *, actor: Actor, reason: str = "", **changes) -> Too
     actor.require(Role.ADMIN)
     if unknown := set(changes) - TOOL_EDITABLE:
         raise ValidationFailed("Not editable.", {name: ["Cannot be changed."] for name in unknown})
+    if changes.get("requires_approval") and tool.effect == ToolEffect.READ_ONLY:
+        _check_declaration(tool.effect, tool.lookup, True)
     if "base_url" in changes:
         validate_base_url(changes["base_url"])
     with transaction.atomic():
@@ -268,6 +295,47 @@ def tool_update(tool: Tool, *, actor: Actor, reason: str = "", **changes) -> Too
             before=before,
             after=changes,
             reason=reason,
+        )
+    return tool
+
+
+def tool_declare(
+    tool: Tool, *, actor: Actor, reason: str, effect: str | None = None, lookup: bool | None = None
+) -> Tool:
+    """Change what a tool declares it is (`effect`, `lookup`): the owner's claims, which the
+    engine relies on from the next decision on (a resend, a lookup, a replay verdict).
+
+    Admin-only (checked here, whoever calls) and never silent: a reason is required and
+    the audit event holds the declaration before and after. Actions
+    in flight are not re-judged; each later decision records the declaration it relied on.
+    Changing nothing is refused, so the log holds only real changes.
+    """
+    actor.require(Role.ADMIN)
+    if not reason.strip():
+        raise ValidationFailed("A reason is required.", {"reason": ["Say why the claim changed."]})
+    with transaction.atomic():
+        tool = Tool.objects.select_for_update(no_key=True).get(pk=tool.pk)
+        before = {"effect": tool.effect, "lookup": tool.lookup}
+        after = {
+            "effect": tool.effect if effect is None else effect,
+            "lookup": tool.lookup if lookup is None else lookup,
+        }
+        _check_declaration(after["effect"], after["lookup"], tool.requires_approval)
+        if after == before:
+            raise StateConflict(
+                f"{tool.name} already declares effect={before['effect']}, "
+                f"lookup={str(before['lookup']).lower()}."
+            )
+        tool.effect, tool.lookup = after["effect"], after["lookup"]
+        tool.declared_by, tool.declared_at = actor.as_dict(), timezone.now()
+        tool.save(update_fields=["effect", "lookup", "declared_by", "declared_at"])
+        audit(
+            actor=actor,
+            verb=Verb.TOOL_DECLARE,
+            obj=tool,
+            before=before,
+            after=after,
+            reason=reason.strip(),
         )
     return tool
 

@@ -21,7 +21,9 @@ scenarios and faults are drawn at random.
 Scenarios (``config["scenario"]``):
 
 ``ticket_triage`` (webhook ``ticket.created``)
-    ``update_ticket`` sets status, priority and assignee.
+    ``update_ticket`` sets status, priority and assignee, then ``search_tickets`` (declared
+    ``read_only``: no key needed, no approval, never at risk in a replay) looks for the other
+    open tickets.
 ``escalation`` (webhook ``customer.escalated``)
     ``update_ticket`` on 2–4 tickets of one customer.
 ``resolve`` (chat)
@@ -32,10 +34,14 @@ Scenarios (``config["scenario"]``):
     Reads the ticket from the system of record and proposes with ``expected_version``; when a
     colleague edits the ticket in between, the tool answers 409 → ``version_conflict``.
 ``campaign`` (schedule)
-    ``send_email`` to 4–8 recipients. The campaign id comes from the schedule's slot (the
-    trigger), never from the clock at send time. Some campaign runs die part-way (an error
-    with ``tools_called: ["send_email"]``, or ``null``, or no finish at all); a forced replay
-    then shows the ledger at work: the recipients already sent come back ``replayed: true``,
+    ``send_email`` to 4–8 recipients. The outbox is declared ``idempotent`` with ``lookup``:
+    an e-mail whose answer was lost is settled by asking the outbox about its key, and one the
+    outbox never received is sent again with the same key. The campaign id comes from the
+    schedule's slot (the trigger), never from the clock at send time. Some campaign runs die
+    part-way (an error with ``tools_called: ["send_email"]``, or ``null``, or no finish at
+    all); since every e-mail went through Takeover under a stable key to a tool that applies
+    a key once, the replay needs no force (unless the runtime could not say what it called),
+    and shows the ledger at work: the recipients already sent come back ``replayed: true``,
     ``content_changed: true`` (the text was regenerated), and only the rest are sent.
     Sometimes the scheduler fires the same slot twice: every e-mail comes back replayed.
 ``weekly_report`` (api)
@@ -48,10 +54,12 @@ answers with the existing action instead of a second effect.
 
 Faults (fresh runs only; replays run clean): before about a third of the proposals the agent
 asks the downstream for one of ``drop_after_commit`` / ``error_after_commit`` /
-``slow_after_commit`` (→ unknown → reconciled to succeeded), ``reject`` (→ failed),
-``refuse`` for half a second (→ not sent, then the one safe retry), ``error_before_commit``
-(nothing applied → needs_human with a diff, or ``missing``), or ``slow_after_commit`` plus an
-external write while the tool is still answering (→ needs_human with a diff).
+``slow_after_commit`` (→ unknown → reconciled to succeeded; for an e-mail, settled by the
+outbox's lookup), ``reject`` (→ failed), ``refuse`` for half a second (→ not sent, then the
+one safe retry), ``error_before_commit`` (nothing applied → for a ticket, needs_human with a
+diff, or ``missing``; for an e-mail, the lookup says "never received" and the e-mail is sent
+again, attempt 2, same key), or ``slow_after_commit`` plus an external write while the tool is
+still answering (→ needs_human with a diff).
 
 Bounded on purpose: at most a handful of actions are left waiting for a person (approvals,
 needs_human, blocked) at any time; past that the agent picks faults that settle by
@@ -268,7 +276,15 @@ def plan(config: dict) -> list[Step]:
                     "priority": rng.choice(["low", "normal", "high"]),
                     "assignee": rng.choice(ASSIGNEES),
                 },
-            )
+            ),
+            # A read: declared read_only, so no approval and no ledger key (sent anyway).
+            Step(
+                "search_tickets",
+                "open",
+                key_for(event["id"], "search_tickets", "open"),
+                {"status": "open"},
+                prefix="search",
+            ),
         ]
     if scenario == "escalation":
         return [
@@ -366,7 +382,16 @@ OPENING = [
     # unknown → reconciled to succeeded; a 503 that applied nothing → needs_human with a diff
     ("escalation", Script(faults=["drop_after_commit", "error_before_commit", None, None])),
     ("guarded_update", Script(faults=["external_write_first"])),  # version_conflict
-    ("campaign", Script(faults=[None] * 8, crash_after=2, crash="error")),  # dies part-way
+    # dies part-way; the first e-mail's answer is lost (settled by the outbox's lookup), the
+    # second never arrived (the lookup says so; sent again, attempt 2, same key)
+    (
+        "campaign",
+        Script(
+            faults=["drop_after_commit", "error_before_commit"] + [None] * 6,
+            crash_after=2,
+            crash="error",
+        ),
+    ),
     ("campaign", Script(faults=[None] * 8, double_fire=True)),  # the same slot: ledger hits
     ("resolve", Script(faults=[None, None], bogus_approval=True)),  # blocked
     ("ticket_triage", Script(faults=["slow_then_external"])),  # in-flight edit → needs_human
@@ -648,7 +673,7 @@ class Agent:
             self.interfere_while_in_flight(step, before, first["desired_state"])
         retried = None
         if script.faults is None:
-            lose = random.random() < 0.1
+            lose = random.random() < 0.1 and step.prefix != "search"
         else:
             lose = script.retry_first and index == 0
         if first is not None and not first["replayed"] and lose:
@@ -763,8 +788,20 @@ class Agent:
         for name in ("failure_reason", "block_reason"):
             if action.get(name):
                 parts.append(f"({action[name]})")
-        if len(action.get("attempts", [])) > 1:
-            parts.append(f"after {len(action['attempts'])} attempts")
+        attempts = action.get("attempts", [])
+        resends = [a for a in attempts if a.get("kind") == "resend"]
+        if resends:
+            parts.append(
+                f"after {len(attempts)} attempts (resent with the same key: the tool is "
+                f"declared {resends[-1]['declaration']['effect']})"
+            )
+        elif len(attempts) > 1:
+            parts.append(f"after {len(attempts)} attempts")
+        lookups = [r for r in action.get("reconciliations") or [] if r.get("kind") == "lookup"]
+        if lookups and lookups[-1]["verdict"] == "lookup_applied":
+            parts.append("— settled by the tool's lookup: it reports it applied the key")
+        elif lookups and lookups[0]["verdict"] == "lookup_not_found":
+            parts.append("— the tool's lookup said it never received the key")
         if fault:
             parts.append(f"[world: {note or fault.replace('_', ' ')}]")
         if state == "needs_human":
@@ -794,7 +831,7 @@ class Agent:
     def choose_fault(self, step: Step) -> str | None:
         """About a third of the proposals meet a fault; the ones that need a person only
         while fewer than MAX_NEEDS_HUMAN are waiting."""
-        if step.tool == "close_ticket":
+        if step.tool in {"close_ticket", "search_tickets"}:
             return None
         if step.expected_version_from_read:
             return "external_write_first" if random.random() < 0.45 else None
@@ -805,6 +842,10 @@ class Agent:
         _, needs_human = self.open_counts()
         if step.tool == "update_ticket" and needs_human < MAX_NEEDS_HUMAN:
             return random.choice([*settles, "error_before_commit", "slow_then_external"])
+        if step.tool == "send_email":
+            # The outbox never needs a person for these: its lookup tells "applied" from
+            # "never received", and what it never received is sent again with the same key.
+            return random.choice([*settles, "error_before_commit"])
         return random.choice(settles)
 
     def may_block(self) -> bool:

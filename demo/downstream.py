@@ -4,15 +4,32 @@ Standard library only, and importable without Django configured, so that tests c
 a subprocess (``python -m demo.downstream --port 0``) and ``make run`` can start it
 beside the web process (``manage.py demo_downstream``).
 
-Two systems live on one port, under path prefixes; a Takeover tool's ``base_url`` names one:
+Three systems live on one port, under path prefixes; a Takeover tool's ``base_url`` names
+one. Between them they offer every kind of tool the protocol's optional capabilities describe
+(README, "The tool protocol"; issue 13):
 
-``/tickets``
+``/tickets`` (``unsafe``, no lookup)
     Records ``{"state": {...}, "version": int}`` per target. Applying an effect merges
     ``desired_state`` into the state (creating the ticket if needed) and adds 1 to the version.
-``/email``
+    It does **not** deduplicate on ``Idempotency-Key``: it counts keys, so tests can prove that
+    Takeover sent an effect once, rather than letting the downstream hide a second send.
+    ``GET /tickets/effects/{key}`` answers 501: it keeps no record of keys.
+``/email`` (``idempotent``, ``lookup: true``)
     The target is the recipient address. Applying an effect appends an e-mail
     (``desired_state``, typically ``{"subject", "body"}``) to that recipient's outbox; the
     recipient's state is the latest e-mail's fields and its version the number of e-mails.
+    The outbox applies one ``Idempotency-Key`` at most once: a repeat of a key it applied is
+    answered with the first result (200, that ``{"state", "version"}``) and appends nothing
+    (counted in ``deduplicated``), whatever its body says and even if the version moved on.
+    ``GET /email/effects/{key}`` (key URL-decoded) answers 200 ``{"applied": true, "state",
+    "version", "target"}`` with that first result, or 404 when it never applied the key.
+    Keys are remembered per prefix, not per tenant: one demo outbox serves every tenant of a
+    test session, whose keys are distinct anyway.
+``/search`` (``read_only``)
+    The ticket search: ``POST /search/effects`` answers 200 ``{"state": {"matches": [ids],
+    "count": n}, "version": 0}``, the tickets whose state has every field of
+    ``desired_state`` (the target only labels the search). It changes nothing (counted in
+    ``searches``). ``GET /search/state/{target}`` answers 200 ``{"state": {}, "version": 0}``.
 
 Both answer the tool protocol (docs/design.md, "The tool protocol"):
 
@@ -56,9 +73,8 @@ oldest rule first. The modes:
     pooled client cannot slip a request through; requests already being handled finish.
 
 The ``*_after_commit`` modes run the normal apply step first, which may itself answer 409
-(nothing changes); the fault then replaces whatever the answer would have been. The demo does
-**not** deduplicate on ``Idempotency-Key``: it counts keys, so tests can prove that Takeover
-sent an effect once, rather than letting the downstream hide a second send.
+(nothing changes) or, in the outbox, be a deduplicated repeat (nothing changes either); the
+fault then replaces whatever the answer would have been. Faults never touch lookups.
 
 The rest of the control API (all JSON, all at the root of the port):
 
@@ -67,15 +83,17 @@ The rest of the control API (all JSON, all at the root of the port):
   ``Idempotency-Key``, malformed ones included, ``""`` for none), ``mutations`` (applied, per
   prefix and target) and ``total_mutations``, ``external_writes`` (a total) and
   ``external_writes_by_target``, ``state_reads`` (a total) and ``state_reads_by_target``,
-  ``faults_fired`` (per mode).
+  ``faults_fired`` (per mode), ``deduplicated`` (repeats the outbox answered with the first
+  result, per key), ``lookups`` (per prefix and key) and ``searches`` (per target).
 - ``GET /_control/records``: every record (e-mail recipients with their outbox).
 - ``GET /_control/requests``: the last 1000 effect requests, with headers, body and outcome.
 - ``POST /_control/external-write`` ``{"prefix", "target", "state"}``: another actor changes a
   record (tickets: merge; email: one more e-mail); version + 1. Not one of our mutations.
+  (``prefix`` is ``tickets`` or ``email`` here and in ``seed``: the search holds no records.)
 - ``POST /_control/seed`` ``{"prefix", "target", "state", "version" (default 1)}``: set a
   record directly (an e-mail recipient gets an empty outbox: the seeded version counts e-mails
   that the demo never saw).
-- ``POST /_control/reset``: forget records, stats, rules and the request log.
+- ``POST /_control/reset``: forget records, remembered keys, stats, rules and the request log.
 
 Known quirks:
 
@@ -112,7 +130,11 @@ from socketserver import TCPServer
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-PREFIXES = ("tickets", "email")
+PREFIXES = ("tickets", "email", "search")
+RECORD_PREFIXES = ("tickets", "email")  # "search" only reads the tickets
+# The outbox is `idempotent` with `lookup`: it applies one Idempotency-Key at most once,
+# answers a repeat with the first result, and answers GET /email/effects/{key}.
+DEDUPLICATING = ("email",)
 EFFECT_STRING_FIELDS = ("action_id", "tenant", "principal", "tool", "target")
 EFFECT_FIELDS = (*EFFECT_STRING_FIELDS, "desired_state", "expected_version")
 
@@ -202,6 +224,11 @@ class Store:
         self._external_writes: dict[str, Counter[str]] = {p: Counter() for p in PREFIXES}
         self._state_reads: dict[str, Counter[str]] = {p: Counter() for p in PREFIXES}
         self._faults_fired: Counter[str] = Counter()
+        # Per deduplicating prefix: key → the first result (status, body, target).
+        self._applied_keys: dict[str, dict[str, dict[str, Any]]] = {p: {} for p in PREFIXES}
+        self._deduplicated: Counter[str] = Counter()
+        self._lookups: dict[str, Counter[str]] = {p: Counter() for p in PREFIXES}
+        self._searches: Counter[str] = Counter()
         self._requests: deque[dict[str, Any]] = deque(maxlen=REQUEST_LOG_SIZE)
         self._request_seq = 0
 
@@ -236,6 +263,13 @@ class Store:
                     outcome = Outcome(
                         503, {"error": "unavailable", "detail": "injected fault"}, fault
                     )
+                elif prefix == "search":
+                    outcome = Outcome(200, self._search(target, payload["desired_state"]), fault)
+                elif prefix in DEDUPLICATING and idempotency_key in self._applied_keys[prefix]:
+                    # A repeat of a key already applied: the first result, nothing applied.
+                    first = self._applied_keys[prefix][idempotency_key]
+                    self._deduplicated[idempotency_key] += 1
+                    outcome = Outcome(first["status"], copy.deepcopy(first["body"]), fault)
                 else:
                     current = self._records[prefix].get(target)
                     version = current.version if current else 0
@@ -255,6 +289,12 @@ class Store:
                         self._mutations[prefix][target] += 1
                         applied = True
                         outcome = Outcome(200, record.as_json(), fault)
+                        if prefix in DEDUPLICATING:
+                            self._applied_keys[prefix][idempotency_key] = {
+                                "status": 200,
+                                "body": record.as_json(),
+                                "target": target,
+                            }
             self._request_seq += 1
             self._requests.append(
                 {
@@ -272,12 +312,47 @@ class Store:
             )
             return outcome
 
+    def lookup(self, prefix: str, key: str) -> Outcome:
+        """``GET {prefix}/effects/{key}``: did this system apply that key? Only the outbox
+        keeps a record of keys; the ticket system cannot tell (501)."""
+        with self._lock:
+            self._lookups[prefix][key] += 1
+            if prefix not in DEDUPLICATING:
+                return Outcome(
+                    501, {"error": "not_implemented", "detail": "no record of keys is kept here"}
+                )
+            first = self._applied_keys[prefix].get(key)
+            if first is None:
+                return Outcome(404, {"error": "not_found", "detail": "never received this key"})
+            body = first["body"]
+            return Outcome(
+                200,
+                {
+                    "applied": True,
+                    "state": copy.deepcopy(body["state"]),
+                    "version": body["version"],
+                    "target": first["target"],
+                },
+            )
+
+    def _search(self, target: str, query: dict[str, Any]) -> dict[str, Any]:
+        """The read-only ticket search: tickets whose state has every field of ``query``."""
+        self._searches[target] += 1
+        matches = sorted(
+            name
+            for name, record in self._records["tickets"].items()
+            if all(record.state.get(k) == v for k, v in query.items())
+        )
+        return {"state": {"matches": matches, "count": len(matches)}, "version": 0}
+
     def read_state(self, prefix: str, target: str) -> Outcome:
         with self._lock:
             self._state_reads[prefix][target] += 1
             fault = self._take_rule(prefix, target, read=True)
             if fault is not None:
                 return Outcome(503, {"error": "unavailable", "detail": "injected fault"}, fault)
+            if prefix == "search":  # a search changes nothing; there is no record to read
+                return Outcome(200, {"state": {}, "version": 0})
             record = self._records[prefix].get(target)
             if record is None:
                 return Outcome(404, {"error": "not_found"})
@@ -365,6 +440,9 @@ class Store:
                 "state_reads": sum(c.total() for c in self._state_reads.values()),
                 "state_reads_by_target": {p: dict(c) for p, c in self._state_reads.items()},
                 "faults_fired": dict(self._faults_fired),
+                "deduplicated": dict(self._deduplicated),
+                "lookups": {p: dict(c) for p, c in self._lookups.items()},
+                "searches": dict(self._searches),
             }
 
     def records(self) -> dict[str, Any]:
@@ -463,8 +541,8 @@ def validate_fault(body: dict[str, Any]) -> dict[str, Any]:
 
 def _require_prefix_target(body: dict[str, Any]) -> tuple[str, str]:
     prefix, target = body.get("prefix"), body.get("target")
-    if prefix not in PREFIXES:
-        raise BadRequest(f"prefix must be one of: {', '.join(PREFIXES)}")
+    if prefix not in RECORD_PREFIXES:
+        raise BadRequest(f"prefix must be one of: {', '.join(RECORD_PREFIXES)}")
     if not isinstance(target, str) or not target:
         raise BadRequest("target must be a non-empty string")
     return prefix, target
@@ -544,6 +622,10 @@ class Handler(BaseHTTPRequestHandler):
             if first in PREFIXES and second == "effects" and len(parts) == 3:
                 self._allow(method, "POST")
                 self._effects(first, raw)
+            elif first in PREFIXES and second == "effects" and len(parts) == 4 and parts[3]:
+                self._allow(method, "GET")
+                outcome = self.server.store.lookup(first, unquote(parts[3]))
+                self._send_json(outcome.status, outcome.body)
             elif first in PREFIXES and second == "state" and len(parts) == 4 and parts[3]:
                 self._allow(method, "GET")
                 self._state(first, unquote(parts[3]))

@@ -11,7 +11,14 @@
   ``close_ticket`` → ``/tickets``, ``requires_approval``; identity ``["status"]``: the
   generated ``resolution_note`` is not what makes two closes the same close.
   ``send_email`` → ``/email``, identity ``["campaign"]``: one e-mail per recipient (the
-  target) per campaign, whatever subject and body the model writes this time.
+  target) per campaign, whatever subject and body the model writes this time. Declared
+  ``idempotent`` with ``lookup``: the outbox applies a key once and answers "did you apply
+  key K?", so its unknown outcomes settle without a person.
+  ``search_tickets`` → ``/search``, declared ``read_only``: the ticket search.
+
+The ticket tools stay ``unsafe`` (the ticket system keeps no record of keys). Declarations
+that drifted from these are repaired only while nobody but this set-up has declared them:
+an admin's own declaration (``POST /api/v1/tools/{name}/declaration``) is left alone.
 
 Tokens are stored hashed and shown once, so a token file is kept while it still
 authenticates and re-issued otherwise (a fresh ``var/`` with an existing database, say).
@@ -34,6 +41,7 @@ from core.services import (
     tenant_create,
     token_issue,
     tool_create,
+    tool_declare,
     tool_update,
 )
 
@@ -64,8 +72,15 @@ def tool_specs(downstream_url: str) -> list[dict]:
         {
             "name": "send_email",
             "base_url": f"{base}/email",
-            "effect": "unsafe",
+            "effect": "idempotent",
+            "lookup": True,
             "identity_fields": ["campaign"],
+            "timeout_seconds": 3,
+        },
+        {
+            "name": "search_tickets",
+            "base_url": f"{base}/search",
+            "effect": "read_only",
             "timeout_seconds": 3,
         },
     ]
@@ -160,11 +175,21 @@ def demo_setup(*, downstream_url: str, var_dir: Path) -> DemoSetup:
         if tool is None:
             tool_create(tenant=tenant, actor=DEMO, **spec)
             result.created.append(f"tool {spec['name']}")
-        elif tool.base_url != spec["base_url"]:
-            tool_update(
-                tool,
-                base_url=spec["base_url"],
-                actor=DEMO,
-                reason="make run: the demo downstream listens elsewhere (DOWNSTREAM_PORT)",
-            )
+        else:
+            if tool.base_url != spec["base_url"]:
+                tool_update(
+                    tool,
+                    base_url=spec["base_url"],
+                    actor=DEMO,
+                    reason="make run: the demo downstream listens elsewhere (DOWNSTREAM_PORT)",
+                )
+            declared = {"effect": spec.get("effect", "unsafe"), "lookup": spec.get("lookup", False)}
+            ours = tool.declared_by in (None, DEMO.as_dict())
+            if ours and (tool.effect, tool.lookup) != (declared["effect"], declared["lookup"]):
+                tool_declare(
+                    tool,
+                    actor=DEMO,
+                    reason="make run: what the demo downstream offers (issue 13)",
+                    **declared,
+                )
     return result

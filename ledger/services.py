@@ -117,6 +117,20 @@ def ledger_set_status_many(entry_ids, status: str, *, source: str) -> None:
     LedgerEntry.objects.filter(pk__in=entry_ids).update(status=status, updated_at=timezone.now())
 
 
+def ledger_hold_live(entry_id) -> bool:
+    """Lock an entry for the rest of the caller's transaction; False if it was revoked.
+
+    For a caller about to let the effect fire again under this key (a resend): the lock
+    orders it against `ledger_revoke`, which locks the same row, so either the revocation
+    comes first and nothing is sent, or the entry is in flight first and cannot be revoked.
+    """
+    return (
+        LedgerEntry.objects.select_for_update(no_key=True)
+        .filter(pk=entry_id, revoked_at__isnull=True)
+        .exists()
+    )
+
+
 def ledger_revoke(entry: LedgerEntry, *, actor: Actor, reason: str) -> LedgerEntry:
     """Declare the effect undone: the key may then be used again, as a new generation.
     Admins only, with a reason."""

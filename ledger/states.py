@@ -27,8 +27,9 @@ LEDGER = Machine(
     {
         L.RESERVED: {L.IN_FLIGHT, L.VOID},
         L.IN_FLIGHT: {L.APPLIED, L.FAILED, L.UNKNOWN},
-        # Reconciled, resolved by a person, or settled by a late definitive answer.
-        L.UNKNOWN: {L.APPLIED, L.FAILED},
+        # Reconciled, resolved by a person, or settled by a late definitive answer; or sent
+        # again under the same key, to a tool declared to apply a key at most once.
+        L.UNKNOWN: {L.APPLIED, L.FAILED, L.IN_FLIGHT},
         L.APPLIED: set(),
         L.FAILED: set(),
         L.VOID: set(),

@@ -31,7 +31,7 @@ from django.utils import timezone
 
 from core.audit import Actor, Verb, audit
 from core.errors import DomainError, StaleRead, ValidationFailed
-from core.models import Role
+from core.models import Role, ToolEffect
 from ledger.models import LedgerEntry
 
 from . import dispatch, services
@@ -355,7 +355,8 @@ def _plan_replays(wanted, tenant_ids, can, *, force, reason) -> list[BulkItem]:
         )
         seen = set()
         for a in rows:
-            if a.idempotency_key in seen:
+            # A read (a read_only tool) reserves no key: a replay reads again, harmlessly.
+            if a.idempotency_key in seen or a.effect == ToolEffect.READ_ONLY:
                 continue
             seen.add(a.idempotency_key)
             entry = live.get((run.tenant_id, a.idempotency_key))

@@ -46,11 +46,22 @@ from core.models import Role
 from .models import Action, Attempt, Reconciliation
 from .services import (
     action_move,
+    action_resend_start,
     action_settle_dispatch,
     actions_move_batch,
     lease_for,
 )
-from .states import RESOLVABLE, ActionState, AttemptOutcome, FailureReason, Resolution, Verdict
+from .states import (
+    RESEND_EFFECTS,
+    RESOLVABLE,
+    ActionState,
+    AttemptKind,
+    AttemptOutcome,
+    FailureReason,
+    ReadKind,
+    Resolution,
+    Verdict,
+)
 from .states import ActionState as S
 from .wakeup import wake_workers, wakeup_taken
 
@@ -318,7 +329,9 @@ def _retry_attempt(action: Action, number: int) -> Attempt | None:
         current = Action.objects.select_for_update(no_key=True).get(pk=action.pk)
         if current.state != S.DISPATCHING:
             return None
-        return Attempt.objects.create(action=action, number=number, started_at=timezone.now())
+        return Attempt.objects.create(
+            action=action, number=number, started_at=timezone.now(), kind=AttemptKind.SAFE_RETRY
+        )
 
 
 SETTLE = {
@@ -330,10 +343,17 @@ SETTLE = {
 }
 
 
-def _settle(action: Action, attempt: Attempt, result: CallResult, *, actor: Actor) -> None:
+# A resend follows an unknown outcome: its own "never sent" proves nothing about the earlier
+# attempt, so it leaves the action unknown (for the next resend, or a person), never failed.
+RESEND_SETTLE = {**SETTLE, AttemptOutcome.NOT_SENT: (S.UNKNOWN, {})}
+
+
+def _settle(
+    action: Action, attempt: Attempt, result: CallResult, *, actor: Actor, table=SETTLE
+) -> None:
     """Close the attempt and settle the action together (the third and last write of a
     happy-path effect: propose, claim, settle)."""
-    target, fields = SETTLE[result.outcome]
+    target, fields = table[result.outcome]
     why = (
         f"the tool answered HTTP {result.http_status}"
         if result.outcome == AttemptOutcome.APPLIED
@@ -443,8 +463,9 @@ def claim_reconcile_batch(limit: int, *, only=None) -> list:
             return []
         with connection.cursor() as cursor:
             cursor.execute(
+                # A lookup tool is also asked once for its own record of the key.
                 "UPDATE runs_action a SET next_reconcile_at = %s + make_interval("
-                "secs => %s + t.timeout_seconds * %s) FROM core_tool t "
+                "secs => %s + t.timeout_seconds * (%s + t.lookup::int)) FROM core_tool t "
                 "WHERE a.id = ANY(%s) AND t.id = a.tool_id",
                 [
                     now,
@@ -476,16 +497,203 @@ def action_reconcile(action_id, *, actor: Actor = RECONCILER, manual: bool = Fal
             )
     if not manual and not claim_reconcile_batch(1, only=[action_id]):
         return Action.objects.get(pk=action_id)
-    return reconcile_claimed(action_id, actor=actor)
+    return reconcile_claimed(action_id, actor=actor, manual=manual)
 
 
-def reconcile_claimed(action_id, *, actor: Actor = RECONCILER) -> Action:
+def reconcile_claimed(action_id, *, actor: Actor = RECONCILER, manual: bool = False) -> Action:
     action = Action.objects.select_related("tool", "tenant", "principal").get(pk=action_id)
     with action_log_context(action, "takeover.reconcile"):
-        return _reconcile(action, actor=actor)
+        return _reconcile_declared(action, actor=actor, manual=manual)
 
 
-def _reconcile(action: Action, *, actor: Actor) -> Action:
+# --- what the tool declares (issue 13) -------------------------------------------------------
+
+
+@dataclass
+class Lookup:
+    verdict: str  # LOOKUP_APPLIED, LOOKUP_NOT_FOUND or LOOKUP_FAILED
+    state: dict | None = None
+    version: int | None = None
+    http_status: int | None = None
+    detail: str = ""
+
+
+def lookup_effect(action: Action) -> Lookup:
+    """Ask a `lookup: true` tool whether it applied this action's key:
+    `GET {base_url}/effects/{key}` (the key URL-quoted). One request, side-effect free.
+
+    200 with `{"applied": true}` → applied (`state` and `version` kept when well-formed);
+    404 → the tool never received the key; anything else (another status, a 200 that does
+    not say `"applied": true`, a timeout, a reset) → it could not tell, and reconciliation
+    falls back to reading the state.
+    """
+    tool = action.tool
+    key = action.idempotency_key
+    url = f"{tool.base_url.rstrip('/')}/effects/{quote(key, safe='')}"
+    try:
+        response = http_client().get(url, timeout=tool.timeout_seconds)
+    except httpx.HTTPError as exc:
+        return Lookup(Verdict.LOOKUP_FAILED, detail=f"lookup: {type(exc).__name__}: {exc}"[:300])
+    status = response.status_code
+    if status == 404:
+        return Lookup(
+            Verdict.LOOKUP_NOT_FOUND,
+            http_status=status,
+            detail=f"the tool reports it never received key {key}",
+        )
+    if status != 200:
+        return Lookup(
+            Verdict.LOOKUP_FAILED,
+            http_status=status,
+            detail=f"lookup answered HTTP {status}: the tool could not tell",
+        )
+    try:
+        payload = response.json()
+    except ValueError:
+        payload = None
+    if not isinstance(payload, dict) or payload.get("applied") is not True:
+        return Lookup(
+            Verdict.LOOKUP_FAILED,
+            http_status=status,
+            detail='lookup answered 200 without "applied": true: the tool could not tell',
+        )
+    state, version = payload.get("state"), payload.get("version")
+    well_formed = isinstance(state, dict) and isinstance(version, int)
+    return Lookup(
+        Verdict.LOOKUP_APPLIED,
+        state=state if well_formed else None,
+        version=version if well_formed else None,
+        http_status=status,
+        detail=f"the tool reports it applied key {key}",
+    )
+
+
+def _resend_allowed(action: Action) -> bool:
+    """An unknown action whose tool's declaration allows a resend, with some left."""
+    if action.state != S.UNKNOWN or action.tool.effect not in RESEND_EFFECTS:
+        return False
+    done = Attempt.objects.filter(action_id=action.pk, kind=AttemptKind.RESEND).count()
+    return done < settings.IDEMPOTENT_RESEND_LIMIT
+
+
+def _resend_due_at(action: Action):
+    """After the latest attempt ended: the backoff doubles with each resend."""
+    attempts = list(Attempt.objects.filter(action_id=action.pk).order_by("number"))
+    resends = sum(1 for a in attempts if a.kind == AttemptKind.RESEND)
+    last = attempts[-1] if attempts else None
+    ended = (last.finished_at or last.started_at) if last else timezone.now()
+    return ended + timedelta(seconds=settings.IDEMPOTENT_RESEND_DELAY_SECONDS * 2**resends)
+
+
+def _reconcile_declared(action: Action, *, actor: Actor, manual: bool = False) -> Action:
+    """Reconcile an unknown outcome using what the tool declares, in this order:
+
+    1. `lookup: true`: ask the tool. "Applied" settles it succeeded (reconciled), with no
+       field heuristics; "never received" and "could not tell" are recorded and shown.
+    2. `idempotent` (or `read_only`), resends left, automatic run: send it again, same key,
+       after the backoff (a new attempt; see `_resend`). Not on an operator's re-check: a
+       person reads, never sends.
+    3. Otherwise, as for every tool: read the authoritative state and judge the diff.
+    """
+    found = None
+    if action.tool.lookup:
+        found = lookup_effect(action)
+        action = _record_lookup(action, found, actor=actor)
+        if found.verdict == Verdict.LOOKUP_APPLIED or action.state not in {
+            S.UNKNOWN,
+            S.NEEDS_HUMAN,
+        }:
+            return action
+    if not manual and _resend_allowed(action):
+        due = _resend_due_at(action)
+        if due > timezone.now():
+            # Claimed again at `due`, like any read: the database is the queue.
+            Action.objects.filter(pk=action.pk, state=S.UNKNOWN).update(next_reconcile_at=due)
+            return Action.objects.get(pk=action.pk)
+        return _resend(action, actor=DISPATCHER)
+    return _reconcile(action, actor=actor, lookup=found, resend_pending=_resend_allowed(action))
+
+
+def _record_lookup(action: Action, found: Lookup, *, actor: Actor) -> Action:
+    declaration = action.tool.declaration
+    metrics.record_reconcile(action.tool.name, found.verdict)
+    logger.info(
+        "action %s (%s → %s) lookup: %s",
+        action.pk,
+        action.tool.name,
+        action.target,
+        found.verdict,
+    )
+    with transaction.atomic():
+        locked = Action.objects.select_for_update(no_key=True).get(pk=action.pk)
+        locked.tool = action.tool
+        Reconciliation.objects.create(
+            action=locked,
+            at=timezone.now(),
+            kind=ReadKind.LOOKUP,
+            authoritative=None
+            if found.state is None
+            else {"state": found.state, "version": found.version},
+            verdict=found.verdict,
+            diff=[],
+            expected_version=locked.expected_version,
+            actual_version=found.version,
+            detail=found.detail,
+            actor=actor.as_dict(),
+            declaration=declaration,
+        )
+        if found.verdict != Verdict.LOOKUP_APPLIED:
+            return locked  # the state read (or a resend) comes next, and says the rest
+        if locked.state == S.UNKNOWN:
+            action_move(
+                locked,
+                S.SUCCEEDED,
+                actor=actor,
+                reason=f"the tool reports it applied key {locked.idempotency_key} "
+                "(lookup; declared lookup: true)",
+                resolution=Resolution.RECONCILED,
+                next_reconcile_at=None,
+            )
+        else:  # a person's re-check of needs_human (or a resend in flight): recorded only
+            audit(
+                actor=actor,
+                verb=Verb.ACTION_RECHECK,
+                obj=locked,
+                before={"state": locked.state},
+                after={"state": locked.state, "verdict": found.verdict},
+            )
+        locked.refresh_from_db()
+    return locked
+
+
+def _resend(action: Action, *, actor: Actor) -> Action:
+    """Send an unknown action again: a new attempt, the same Idempotency-Key, claimed from
+    `unknown` into `dispatching` under a lease (so a worker lost mid-call is swept back to
+    unknown, like any dispatch), audited with the declaration that allowed it."""
+    attempt = action_resend_start(action, actor=actor)
+    if attempt is None:
+        return Action.objects.get(pk=action.pk)
+    result = call_tool(action)
+    _settle(action, attempt, result, actor=actor, table=RESEND_SETTLE)
+    logger.info(
+        "action %s (%s → %s): resend %d: %s%s",
+        action.pk,
+        action.tool.name,
+        action.target,
+        attempt.number,
+        result.outcome,
+        f" HTTP {result.http_status}" if result.http_status else "",
+        extra={"tool": action.tool.name, "outcome": result.outcome},
+    )
+    return Action.objects.get(pk=action.pk)
+
+
+def _reconcile(
+    action: Action, *, actor: Actor, lookup: Lookup | None = None, resend_pending: bool = False
+) -> Action:
+    """`resend_pending`: an operator's re-check of an action whose tool will be sent it
+    again: what the read proves is recorded, but an unproven outcome stays unknown for the
+    resend rather than going to a person now."""
     action_id = action.pk
     read = read_authoritative(action)
     verdict, diff = judge(action, read)
@@ -537,6 +745,8 @@ def _reconcile(action: Action, *, actor: Actor) -> Action:
                 after={"state": S.UNKNOWN, "reconcile_failures": failures},
                 reason=read.detail,
             )
+        elif resend_pending:
+            Action.objects.filter(pk=action.pk).update(next_reconcile_at=_resend_due_at(action))
         else:
             why = {
                 Verdict.MISMATCH: "authoritative state differs: "
@@ -545,6 +755,8 @@ def _reconcile(action: Action, *, actor: Actor) -> Action:
                 "cannot prove this action applied it",
                 Verdict.MISSING: "the target does not exist",
             }[verdict]
+            if lookup is not None and lookup.verdict == Verdict.LOOKUP_NOT_FOUND:
+                why += f"; {lookup.detail}"
             action_move(action, S.NEEDS_HUMAN, actor=actor, reason=why, next_reconcile_at=None)
         action.refresh_from_db()
     return action

@@ -11,14 +11,18 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from core.models import ToolEffect
+
 from .states import (
     OPEN_FOR_HUMANS,  # the open queue also excludes acknowledged blocked actions
     UNSETTLED,
     ActionState,
+    AttemptKind,
     AttemptOutcome,
     BlockReason,
     FailureReason,
     ForceRequestState,
+    ReadKind,
     Resolution,
     RunStatus,
     Trigger,
@@ -92,9 +96,13 @@ class Action(models.Model):
     expected_version = models.BigIntegerField(null=True, blank=True)
     idempotency_key = models.CharField(max_length=255)
     fingerprint = models.CharField(max_length=64)
+    # Null only for a read_only tool's action: a read takes no ledger key space (issue 13).
     ledger_entry = models.OneToOneField(
-        "ledger.LedgerEntry", on_delete=models.PROTECT, related_name="+"
+        "ledger.LedgerEntry", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
+    # The tool's effect declaration when the action was proposed: what decided whether it
+    # needed approval and a ledger key. (Later decisions record the declaration they used.)
+    effect = models.CharField(max_length=16, choices=ToolEffect.choices, default=ToolEffect.UNSAFE)
     state = models.CharField(max_length=20, choices=ActionState.choices)
     block_reason = models.CharField(max_length=32, choices=BlockReason.choices, blank=True)
     failure_reason = models.CharField(max_length=32, choices=FailureReason.choices, blank=True)
@@ -162,6 +170,10 @@ class Action(models.Model):
                 condition=Q(acknowledged_at__isnull=True) | Q(state="blocked"),
                 name="action_acknowledged_only_when_blocked",
             ),
+            models.CheckConstraint(
+                condition=Q(ledger_entry__isnull=False) | Q(effect=ToolEffect.READ_ONLY),
+                name="action_ledger_unless_read_only",
+            ),
         ]
         indexes = [
             # The open queue: what needs a person, oldest first (README, "The console, for people").
@@ -216,6 +228,11 @@ class Attempt(models.Model):
     outcome = models.CharField(max_length=20, choices=AttemptOutcome.choices, blank=True)
     http_status = models.PositiveIntegerField(null=True, blank=True)
     detail = models.TextField(blank=True)
+    kind = models.CharField(
+        max_length=16, choices=AttemptKind.choices, default=AttemptKind.SEND, db_default="send"
+    )
+    # For a resend: the tool's declaration that allowed it (`Tool.declaration`), as it was.
+    declaration = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["number"]
@@ -236,6 +253,11 @@ class Reconciliation(models.Model):
     actual_version = models.BigIntegerField(null=True, blank=True)
     detail = models.TextField(blank=True)
     actor = models.JSONField(null=True, blank=True)
+    kind = models.CharField(
+        max_length=8, choices=ReadKind.choices, default=ReadKind.STATE, db_default="state"
+    )
+    # For a lookup: the declaration that made Takeover ask the tool (and believe it).
+    declaration = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["at", "id"]
@@ -308,6 +330,8 @@ class Replay(models.Model):
     forced = models.BooleanField(default=False)
     reason = models.TextField(blank=True)
     tools_at_risk = models.JSONField(null=True, blank=True)
+    # The tools the verdict called safe to repeat, each with the declaration that made it so.
+    safe_tools = models.JSONField(default=list, blank=True)
     at = models.DateTimeField()
 
     class Meta:

@@ -15,6 +15,8 @@ def attempt_dict(a) -> dict:
         "outcome": a.outcome or None,
         "http_status": a.http_status,
         "detail": a.detail,
+        "kind": a.kind,
+        "declaration": a.declaration,
     }
 
 
@@ -29,6 +31,8 @@ def reconciliation_dict(r) -> dict:
         "actual_version": r.actual_version,
         "detail": r.detail,
         "actor": r.actor,
+        "kind": r.kind,
+        "declaration": r.declaration,
     }
 
 
@@ -71,6 +75,7 @@ def action_resource(
         "desired_state": action.desired_state,
         "expected_version": action.expected_version,
         "idempotency_key": action.idempotency_key,
+        "effect": action.effect,
         "state": action.state,
         "block_reason": action.block_reason or None,
         "failure_reason": action.failure_reason or None,
@@ -219,6 +224,9 @@ def tool_dict(tool, *, with_url: bool = True) -> dict:
         "name": tool.name,
         "base_url": tool.base_url,
         "effect": tool.effect,
+        "lookup": tool.lookup,
+        "declared_by": tool.declared_by,
+        "declared_at": _iso(tool.declared_at),
         "requires_approval": tool.requires_approval,
         "identity_fields": tool.identity_fields,
         "timeout_seconds": tool.timeout_seconds,

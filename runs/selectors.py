@@ -37,13 +37,15 @@ SELECT {columns(Action, "a")}, tn.slug, p.name, t.name, u.username,
   (SELECT coalesce(json_agg(json_build_object(
       'number', x.number, 'started_at', {_us("x.started_at")},
       'finished_at', {_us("x.finished_at")}, 'outcome', x.outcome,
-      'http_status', x.http_status, 'detail', x.detail) ORDER BY x.number), '[]')
+      'http_status', x.http_status, 'detail', x.detail, 'kind', x.kind,
+      'declaration', x.declaration) ORDER BY x.number), '[]')
    FROM runs_attempt x WHERE x.action_id = a.id),
   (SELECT coalesce(json_agg(json_build_object(
       'id', x.id, 'at', {_us("x.at")}, 'authoritative', x.authoritative,
       'verdict', x.verdict,
       'diff', x.diff, 'expected_version', x.expected_version,
-      'actual_version', x.actual_version, 'detail', x.detail, 'actor', x.actor)
+      'actual_version', x.actual_version, 'detail', x.detail, 'actor', x.actor,
+      'kind', x.kind, 'declaration', x.declaration)
       ORDER BY x.at, x.id), '[]')
    FROM runs_reconciliation x WHERE x.action_id = a.id)
 FROM runs_action a

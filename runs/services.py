@@ -6,6 +6,7 @@ The dispatch path (claim → HTTP → settle) and reconciliation live in `runs/d
 
 import dataclasses
 import hashlib
+import json
 import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -36,9 +37,10 @@ from core.errors import (
     StateConflict,
     reason_required,
 )
-from core.models import Role
+from core.models import Role, Tool, ToolEffect
 from ledger.models import LedgerStatus
 from ledger.services import (
+    ledger_hold_live,
     ledger_live_entry,
     ledger_reserve,
     ledger_reserve_audit,
@@ -48,17 +50,27 @@ from ledger.services import (
 from ledger.states import LEDGER
 
 from . import alerts
-from .models import Action, ForceReplayRequest, ForceRequestState, Replay, Run
+from .models import (
+    Action,
+    Attempt,
+    ForceReplayRequest,
+    ForceRequestState,
+    Replay,
+    Run,
+)
 from .notify import CHANNEL, notify_settled
 from .states import (
     ACTION,
+    DECLARED_MOVES,
     FORCE_REQUEST,
     IN_PROGRESS,
     RESOLVABLE,
     RUN,
+    AttemptKind,
     BlockReason,
     Resolution,
     RunStatus,
+    check_declared_move,
     check_move,
 )
 from .states import ActionState as S
@@ -98,15 +110,30 @@ def enqueue_dispatch() -> None:
     transaction.on_commit(wake_workers, robust=True)
 
 
-def action_move(action: Action, to: str, *, actor: Actor, reason: str = "", **fields) -> bool:
+def action_move(
+    action: Action,
+    to: str,
+    *,
+    actor: Actor,
+    reason: str = "",
+    declared: str | None = None,
+    note: dict | None = None,
+    **fields,
+) -> bool:
     """Move `action` from the state it was read in to `to`, if nobody moved it first.
 
     A conditional UPDATE checked by row count: the loser of a race gets False and changes
     nothing. Writes the audit event and mirrors the ledger in the same transaction, and
     tells `?wait` listeners when the action leaves the in-progress states.
+
+    `declared`: the tool's effect declaration, for a move that only a declaration allows
+    (`states.DECLARED_MOVES`: a resend); `note`: more for the audit event's `after`.
     """
     source = action.state
-    check_move(source, to)
+    if declared is None:
+        check_move(source, to)
+    else:
+        check_declared_move(source, to, effect=declared)
     now = timezone.now()
     updated = Action.objects.filter(pk=action.pk, state=source).update(
         state=to, updated_at=now, **fields
@@ -122,12 +149,13 @@ def action_move(action: Action, to: str, *, actor: Actor, reason: str = "", **fi
         verb=verb_for_state("action", to),
         obj=action,
         before={"state": source},
-        after=_after(to, fields),
+        after=_after(to, fields) | (note or {}),
         reason=reason,
     )
-    ledger_set_status(
-        action.ledger_entry_id, LEDGER_STATUS_FOR[to], source=LEDGER_STATUS_FOR[source]
-    )
+    if action.ledger_entry_id is not None:  # a read_only tool's action has no ledger entry
+        ledger_set_status(
+            action.ledger_entry_id, LEDGER_STATUS_FOR[to], source=LEDGER_STATUS_FOR[source]
+        )
     if to not in IN_PROGRESS:
         notify_settled([action.pk])
     if to == S.NEEDS_HUMAN:
@@ -284,7 +312,9 @@ def actions_move_batch(
         ]
     )
     ledger_set_status_many(
-        [a.ledger_entry_id for a in moved], LEDGER_STATUS_FOR[to], source=LEDGER_STATUS_FOR[source]
+        [a.ledger_entry_id for a in moved if a.ledger_entry_id is not None],
+        LEDGER_STATUS_FOR[to],
+        source=LEDGER_STATUS_FOR[source],
     )
     if to not in IN_PROGRESS:
         notify_settled([a.pk for a in moved])
@@ -553,6 +583,20 @@ def _action_propose(
         "expected_version": expected_version,
     }
     intent_fp = intent_fingerprint(**intent)
+    if tool.effect == ToolEffect.READ_ONLY:
+        return (
+            _read_action_create(
+                run=run,
+                fingerprint=intent_fp,
+                key=idempotency_key,
+                approval_id=approval_id,
+                reason=reason,
+                actor=actor,
+                **intent,
+            ),
+            True,
+            False,
+        )
     if known is not None and known.action is not None:
         return _ledger_hit(known.fingerprint, known.action, intent_fp, desired_state)
     if known is None and (entry := ledger_live_entry(tenant, idempotency_key)) is not None:
@@ -582,6 +626,79 @@ def _action_propose(
             **intent,
         )
     return action, True, False
+
+
+def _read_action_create(
+    *,
+    run,
+    principal,
+    tool,
+    target,
+    desired_state,
+    expected_version,
+    fingerprint,
+    key: str | None,
+    approval_id,
+    reason: str,
+    actor: Actor,
+) -> Action:
+    """A read_only tool's action (issue 13): no approval and no ledger key space.
+
+    A read has no side effect, so there is nothing to approve and nothing to apply at most
+    once: no ledger entry is reserved, the key (when the runtime sends one) neither collides
+    with a side effect's key nor makes a repeat a ledger hit (each proposal is a new read),
+    and without one the action is keyed `read:<action id>`, which the tool receives as its
+    Idempotency-Key. An `approval_id` the runtime presents anyway is still checked, and
+    consumed at claim, as for any action.
+    """
+    binding = {
+        "principal": principal,
+        "tool": tool,
+        "target": target,
+        "desired_state": desired_state,
+        "expected_version": expected_version,
+    }
+    action_id = uuid.uuid4()
+    state, block_reason = S.QUEUED, ""
+    if approval_id is not None:
+        approval = Approval.objects.filter(pk=approval_id, tenant=run.tenant).first()
+        if problem := approvals.approval_problem(approval, **binding):
+            state, block_reason = S.BLOCKED, problem
+    with transaction.atomic():
+        action = Action.objects.create(
+            id=action_id,
+            tenant=run.tenant,
+            run=run,
+            idempotency_key=key or f"read:{action_id}",
+            fingerprint=fingerprint,
+            ledger_entry=None,
+            effect=ToolEffect.READ_ONLY,
+            state=state,
+            block_reason=block_reason,
+            approval_id=approval_id,
+            enqueued_at=timezone.now() if state == S.QUEUED else None,
+            request_id=request_id_var.get(),
+            reason=reason,
+            **binding,
+        )
+        audit(
+            actor=actor,
+            verb=Verb.ACTION_PROPOSE,
+            obj=action,
+            reason=reason,
+            after={
+                "state": state,
+                "block_reason": block_reason or None,
+                "idempotency_key": action.idempotency_key,
+                "approval_id": str(approval_id) if approval_id else None,
+                "effect": ToolEffect.READ_ONLY,
+                "ledger": None,
+                "declaration": tool.declaration,
+            },
+        )
+        if state == S.QUEUED:
+            enqueue_dispatch()
+    return action
 
 
 def _action_of(entry) -> Action:
@@ -635,6 +752,7 @@ def _create_action(
         idempotency_key=entry.key,
         fingerprint=entry.fingerprint,
         ledger_entry=entry,
+        effect=tool.effect,
         state=state,
         block_reason=block_reason,
         approval_id=approval_id,
@@ -907,6 +1025,95 @@ def lease_for(tool) -> timedelta:
     return timedelta(seconds=seconds)
 
 
+def resend_lease_for(tool) -> timedelta:
+    """A resend is one attempt (no safe retry inside it), plus grace."""
+    return timedelta(seconds=tool.timeout_seconds + settings.DISPATCH_LEASE_GRACE_SECONDS)
+
+
+LOCK_DECLARATION = """
+SELECT effect, lookup, declared_by, declared_at FROM core_tool WHERE id = %s FOR SHARE
+"""
+
+
+def action_resend_start(action: Action, *, actor: Actor):
+    """unknown → dispatching again, as a new attempt of the same action under the same
+    Idempotency-Key, when the tool's declaration allows it (`states.DECLARED_MOVES`: an
+    `idempotent` tool applies a key at most once; a `read_only` one has no effect to apply).
+    Returns the new attempt, opened and committed before the call (invariant 1), or None
+    when the action is no longer unknown, the declaration no longer allows it, or an admin
+    revoked its ledger entry (the effect was undone: its key must not fire again).
+
+    The declaration is read under FOR SHARE in this transaction, so an admin's change
+    (`tool_declare` locks the row) is either seen here or waits for this claim: the copy
+    kept on the attempt and in the audit event is the one that allowed the resend.
+    """
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(LOCK_DECLARATION, [action.tool_id])
+            effect, lookup, declared_by, declared_at = cursor.fetchone()
+        if isinstance(declared_by, str):  # jsonb comes back as text to raw cursors
+            declared_by = json.loads(declared_by)
+        declaration = {
+            "effect": effect,
+            "lookup": lookup,
+            "declared_by": declared_by,
+            "declared_at": declared_at.isoformat() if declared_at else None,
+        }
+        if not ACTION_RESENDS.get(effect):
+            return None  # re-declared unsafe since the decision to resend: never re-sent
+        if action.ledger_entry_id is not None and not ledger_hold_live(action.ledger_entry_id):
+            return None
+        last = Attempt.objects.filter(action_id=action.pk).order_by("-number").first()
+        number = (last.number if last else 0) + 1
+        now = timezone.now()
+        who = declared_by or {}
+        moved = action_move(
+            action,
+            S.DISPATCHING,
+            actor=actor,
+            reason=f"resent with the same Idempotency-Key: {action.tool.name} is declared "
+            f"{effect} ({ACTION_RESENDS[effect]}; declared by "
+            f"{who.get('kind', '?')}:{who.get('name', '?')})",
+            declared=effect,
+            note={
+                "attempt": number,
+                "kind": AttemptKind.RESEND,
+                "idempotency_key": action.idempotency_key,
+                "declaration": declaration,
+            },
+            lease_expires_at=now + resend_lease_for(action.tool),
+            next_reconcile_at=None,
+        )
+        if not moved:
+            return None  # settled, resolved or resent by someone else meanwhile
+        return Attempt.objects.create(
+            action_id=action.pk,
+            number=number,
+            started_at=now,
+            kind=AttemptKind.RESEND,
+            declaration=declaration,
+        )
+
+
+# Why each declaration that allows a resend makes it harmless, in the audit event's words.
+ACTION_RESENDS = {
+    "idempotent": "it declares that it applies one Idempotency-Key at most once and answers "
+    "a repeat with the first result",
+    "read_only": "it declares it has no side effect",
+}
+
+
+def _check_declared_moves():
+    """Every declared move lands on a legal move of the ledger's, like the table's."""
+    for (source, target), effects in DECLARED_MOVES.items():
+        a, b = LEDGER_STATUS_FOR[source], LEDGER_STATUS_FOR[target]
+        assert a == b or LEDGER.can(a, b), f"action {source}->{target}: ledger {a}->{b}"
+        assert effects == set(ACTION_RESENDS), "say why each declaration allows the move"
+
+
+_check_declared_moves()
+
+
 # --- claiming, reaping and replaying runs ------------------------------------------------
 
 
@@ -983,6 +1190,9 @@ class ReplayVerdict:
     # Tools the run called whose every call an operator resolved as failed: not applied,
     # so not at risk (issue 12, "resolve feeds replay").
     not_applied: list[str] = field(default_factory=list)
+    # Tools the run called that their declarations make safe to repeat (issue 13): each
+    # `{"tool", "effect", "lookup", "declared_by", "declared_at", "why"}`.
+    safe_tools: list[dict] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return {
@@ -992,7 +1202,52 @@ class ReplayVerdict:
             "message": self.message,
             "tools_at_risk": self.tools_at_risk,
             "not_applied": self.not_applied,
+            "safe_tools": self.safe_tools,
         }
+
+
+SAFE_BECAUSE = {
+    ToolEffect.READ_ONLY: "declared read_only: it has no side effect",
+    ToolEffect.IDEMPOTENT: "declared idempotent: it applies an Idempotency-Key at most once, "
+    "and every call of it by this run went through Takeover with a key",
+}
+
+
+def tools_safe_by_declaration(run: Run, executed: list[str], actions=None) -> list[dict]:
+    """The tools among `executed` that their declarations (as they stand now: a replay sends
+    now) make safe to call again, oldest name first.
+
+    - `read_only`: always; a read repeats nothing.
+    - `idempotent`: only if the gateway saw this run call it (its calls carried keys the
+      ledger holds). A tool the runtime reports but Takeover never saw was called with no
+      key we know of, so its dedupe protects nothing: it stays at risk. Keys being *stable*
+      across a replay (derived from the trigger, not the session) is the runtime's part
+      (README, "Idempotency keys").
+    - `unsafe`, and any name that is not a registered tool (undeclared means unsafe): never.
+    """
+    if actions is None:
+        actions = run.actions.filter(state__in=GATEWAY_CALLED).select_related("tool")
+    tools, keyed = {}, set()
+    for a in actions:
+        if a.state in GATEWAY_CALLED:
+            tools[a.tool.name] = a.tool
+            keyed.add(a.tool.name)
+    if missing := [name for name in executed if name not in tools]:
+        registered = Tool.objects.filter(tenant_id=run.tenant_id, name__in=missing)
+        tools.update({t.name: t for t in registered})
+    safe = []
+    for name in executed:
+        tool = tools.get(name)
+        if tool is None or tool.effect == ToolEffect.UNSAFE:
+            continue
+        if tool.effect == ToolEffect.IDEMPOTENT and name not in keyed:
+            continue
+        safe.append({"tool": name, **tool.declaration, "why": SAFE_BECAUSE[tool.effect]})
+    return safe
+
+
+def _safe_sentence(safe: list[dict]) -> str:
+    return "; ".join(f"{s['tool']} is {s['why']}" for s in safe)
 
 
 def tools_resolved_not_applied(run: Run, actions=None) -> list[str]:
@@ -1053,6 +1308,11 @@ def replay_verdict(run: Run, executed=..., actions=None) -> ReplayVerdict:
     cleared = []
     if executed:
         cleared = [t for t in tools_resolved_not_applied(run, actions) if t in executed]
+        safe = [
+            s for s in tools_safe_by_declaration(run, executed, actions) if s["tool"] not in cleared
+        ]
+        if safe:
+            return _verdict_with_declarations(run, executed, cleared, safe)
     if cleared:
         at_risk = [t for t in executed if t not in cleared]
         why = (
@@ -1097,6 +1357,54 @@ def replay_verdict(run: Run, executed=..., actions=None) -> ReplayVerdict:
     )
 
 
+def _verdict_with_declarations(run: Run, executed, cleared, safe) -> ReplayVerdict:
+    """The verdict when some called tools are safe by declaration: the refusal names only
+    the tools still at risk, and says which declarations made the others safe."""
+    safe_names = {s["tool"] for s in safe}
+    at_risk = [t for t in executed if t not in cleared and t not in safe_names]
+    notes = [f"Safe to repeat by declaration: {_safe_sentence(safe)}."]
+    if cleared:
+        notes.append(
+            f"An operator resolved every call of {', '.join(cleared)} by this run as failed: "
+            "not applied, so not at risk."
+        )
+    if at_risk:
+        return ReplayVerdict(
+            False,
+            True,
+            False,
+            f"Before failing, this run called {', '.join(at_risk)}. A replay may repeat them. "
+            f"An admin can force it with a reason. ({' '.join(notes)})",
+            at_risk,
+            cleared,
+            safe,
+        )
+    if run.tools_reported is None:
+        # Everything the gateway saw is safe, but the runtime could not say what else it
+        # called (outside Takeover): that stays unknown, so the replay needs force.
+        return ReplayVerdict(
+            False,
+            True,
+            False,
+            f"This run called {', '.join(executed)} through Takeover, all safe to repeat, but "
+            "whether it called any other tool could not be established; a replay may repeat "
+            f"side effects. An admin can force it with a reason. ({' '.join(notes)})",
+            None,
+            cleared,
+            safe,
+        )
+    return ReplayVerdict(
+        True,
+        True,
+        False,
+        f"This run called {', '.join(executed)}; none of it is at risk. {' '.join(notes)} "
+        "Safe to replay.",
+        [],
+        cleared,
+        safe,
+    )
+
+
 def _refuse_second_unsettled_replay(run: Run) -> None:
     """A run has at most one unsettled replay (pending or running), forced or not
     (docs/design.md, "Runs and replay"). The caller holds the lock on `run`, which serializes
@@ -1133,7 +1441,11 @@ def run_replay(run: Run, *, force: bool, reason: str, actor: Actor) -> Run:
             raise InputGone(verdict.message)
         _refuse_second_unsettled_replay(run)
         if not verdict.allowed and not (force and verdict.forceable):
-            raise ReplayRefused(verdict.message, tools_at_risk=verdict.tools_at_risk)
+            raise ReplayRefused(
+                verdict.message,
+                tools_at_risk=verdict.tools_at_risk,
+                **({"safe_tools": verdict.safe_tools} if verdict.safe_tools else {}),
+            )
         now = timezone.now()
         new_run = Run.objects.create(
             tenant=run.tenant,
@@ -1156,15 +1468,13 @@ def run_replay(run: Run, *, force: bool, reason: str, actor: Actor) -> Run:
             forced=force,
             reason=reason,
             tools_at_risk=verdict.tools_at_risk,
+            safe_tools=verdict.safe_tools,
             at=now,
         )
-        audit(
-            actor=actor,
-            verb=Verb.RUN_REPLAY,
-            obj=new_run,
-            after={"status": RunStatus.PENDING, "replay_of": str(run.pk), "forced": force},
-            reason=reason,
-        )
+        after = {"status": RunStatus.PENDING, "replay_of": str(run.pk), "forced": force}
+        if verdict.safe_tools:  # the declarations this decision relied on, as they were
+            after["safe_tools"] = verdict.safe_tools
+        audit(actor=actor, verb=Verb.RUN_REPLAY, obj=new_run, after=after, reason=reason)
         if force:
             audit(
                 actor=actor,
@@ -1348,5 +1658,6 @@ def replay_record(run_or_record) -> dict:
         "forced": record.forced,
         "reason": record.reason,
         "tools_at_risk": record.tools_at_risk,
+        "safe_tools": record.safe_tools,
         "at": record.at.isoformat(),
     }

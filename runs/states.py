@@ -12,6 +12,7 @@ below when the module is imported, so a careless edit of the table fails loudly.
 from django.db import models
 
 from approvals.states import BLOCK_REASON_MEANING, BlockReason
+from core.errors import IllegalTransition
 from core.states import Machine
 
 __all__ = ["BLOCK_REASON_MEANING", "BlockReason"]  # declared by approvals, used here too
@@ -43,6 +44,18 @@ TRANSITIONS: dict[str, set[str]] = {
 }
 
 ACTION = Machine("An action", ActionState, TRANSITIONS)
+
+# Moves that only a tool's declaration allows, each named by the declarations that allow
+# it. One: an `unknown` action is sent again (a new attempt, the same Idempotency-Key) to a
+# tool that declares it applies a key at most once (issue 13). Never to queued: a resend is
+# claimed from `unknown` like a reconciliation read, not put back in the queue, and an
+# `unsafe` tool is never re-sent past the boundary (invariant 2). Moved only by
+# `runs.services.action_move(..., declared=effect)`, from `action_resend_start`.
+DECLARED_MOVES: dict[tuple[str, str], set[str]] = {
+    (S.UNKNOWN, S.DISPATCHING): {"idempotent", "read_only"},
+}
+RESEND_EFFECTS = DECLARED_MOVES[(S.UNKNOWN, S.DISPATCHING)]
+
 TERMINAL = set(ACTION.terminal)
 PAST_BOUNDARY = {S.DISPATCHING, S.UNKNOWN, S.NEEDS_HUMAN}
 # What a person may re-check (re-read) and resolve: an outcome Takeover could not prove.
@@ -58,6 +71,10 @@ def _check_table():
     assert set(UNSETTLED) == set(ActionState.values) - TERMINAL
     for source in PAST_BOUNDARY:
         assert S.QUEUED not in TRANSITIONS[source], f"{source} must never go back to queued"
+    for (source, target), effects in DECLARED_MOVES.items():
+        assert target != S.QUEUED, "a declaration never puts an action back in the queue"
+        assert target not in TRANSITIONS[source], "a declared move is not an ordinary one"
+        assert "unsafe" not in effects, "an unsafe tool is never re-sent past the boundary"
 
 
 _check_table()
@@ -65,6 +82,14 @@ _check_table()
 
 def check_move(source: str, target: str) -> None:
     ACTION.check(source, target)
+
+
+def check_declared_move(source: str, target: str, *, effect: str) -> None:
+    """A move of `DECLARED_MOVES`, allowed only by the declarations it names."""
+    if effect not in DECLARED_MOVES.get((source, target), ()):
+        raise IllegalTransition(
+            f"An action cannot move from {source} to {target} for a tool declared {effect}."
+        )
 
 
 class FailureReason(models.TextChoices):
@@ -87,12 +112,27 @@ class AttemptOutcome(models.TextChoices):
     UNKNOWN = "unknown"
 
 
+class AttemptKind(models.TextChoices):
+    SEND = "send"  # the first dispatch
+    SAFE_RETRY = "safe_retry"  # invariant 3: the previous attempt provably never left
+    RESEND = "resend"  # an unknown outcome sent again, allowed by the tool's declaration
+
+
 class Verdict(models.TextChoices):
     MATCH = "match"
     MISMATCH = "mismatch"
     MOVED_ON = "moved_on"
     READ_FAILED = "read_failed"
     MISSING = "missing"
+    # The tool's own answer to "did you apply key K?" (`lookup: true` tools, issue 13).
+    LOOKUP_APPLIED = "lookup_applied"
+    LOOKUP_NOT_FOUND = "lookup_not_found"  # it never received the key
+    LOOKUP_FAILED = "lookup_failed"  # anything else: it could not tell
+
+
+class ReadKind(models.TextChoices):
+    STATE = "state"  # GET {base_url}/state/{target}
+    LOOKUP = "lookup"  # GET {base_url}/effects/{key}
 
 
 # What each verdict of a reconciliation read means to a person, declared once: the console's
@@ -103,6 +143,9 @@ VERDICT_MEANING = {
     Verdict.MOVED_ON: "matches, but the version moved on",
     Verdict.MISSING: "target does not exist",
     Verdict.READ_FAILED: "read failed",
+    Verdict.LOOKUP_APPLIED: "the tool reports it applied the key",
+    Verdict.LOOKUP_NOT_FOUND: "the tool reports it never received the key",
+    Verdict.LOOKUP_FAILED: "the tool's lookup could not tell",
 }
 assert set(VERDICT_MEANING) == set(Verdict), "every verdict needs a meaning"
 

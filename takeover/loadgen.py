@@ -263,10 +263,20 @@ class Stack:
                 channel.close()
 
 
-def tenant_stack(label: str, *, workers: int, timeout_seconds: float = 10, say=print):
+def tenant_stack(
+    label: str,
+    *,
+    workers: int,
+    timeout_seconds: float = 10,
+    say=print,
+    prefix: str = "tickets",
+    effect: str = "unsafe",
+    lookup: bool = False,
+):
     """A fresh tenant with one agent, and a started `Stack` on the current database whose
-    demo downstream is that tenant's `update_ticket` tool: what `make bench` and `make soak`
-    run against. Returns (tenant, agent token, stack); the caller stops the stack."""
+    demo downstream is that tenant's `update_ticket` tool (on `prefix`, declared `effect`
+    and `lookup`): what `make bench` and `make soak` run against. Returns (tenant, agent
+    token, stack); the caller stops the stack."""
     import tempfile
 
     from django.db import connection
@@ -289,8 +299,10 @@ def tenant_stack(label: str, *, workers: int, timeout_seconds: float = 10, say=p
         tool_create(
             tenant=tenant,
             name="update_ticket",
-            base_url=f"{stack.downstream_url}/tickets",
+            base_url=f"{stack.downstream_url}/{prefix}",
             timeout_seconds=timeout_seconds,
+            effect=effect,
+            lookup=lookup,
             actor=SYSTEM,
         )
     except BaseException:
@@ -590,6 +602,7 @@ def drive(
     settle_timeout: float = 600,
     seed: int = 7,
     say=print,
+    tool_prefix: str = "tickets",
 ) -> LoadResult:
     """Propose `count` actions (each on a target of its own) from `threads` runtimes, with
     the fault mix, SIGKILLing a worker every `kill_every` seconds (it restarts at once, like
@@ -644,7 +657,7 @@ def drive(
                 half.set()
             target = f"soak-{prefix}-{i}"
             for rule in (plan[i] or (None, []))[1]:
-                body = {**rule, "target": target, "prefix": "tickets"}
+                body = {**rule, "target": target, "prefix": tool_prefix}
                 retrying(
                     lambda body=body: httpx.post(control, json=body, timeout=10).raise_for_status()
                 )
@@ -724,7 +737,7 @@ def invariants(tenant, downstream_stats: dict) -> dict:
     """The soak's table, from the database and the tool's own counters."""
     from collections import Counter, defaultdict
 
-    from django.db.models import Max, Min
+    from django.db.models import Min
 
     from core.models import AuditEvent
     from runs.models import Action, Attempt
@@ -739,13 +752,38 @@ def invariants(tenant, downstream_stats: dict) -> dict:
     # Every action of a soak has a target of its own: more than one mutation is a duplicate.
     duplicates = sum(1 for key, target in keys.items() if mutations.get(target, 0) > 1)
     over_received = sum(1 for key in keys if received.get(key, 0) > 1)
+    # A resend that the tool's declaration allowed (issue 13) is not a re-dispatch: it says
+    # so on the attempt, with the declaration. Anything else after an unknown attempt is.
     after_unknown = (
         Attempt.objects.filter(action__tenant=tenant, outcome="unknown")
         .values("action_id")
-        .annotate(first=Min("number"), last=Max("number"))
+        .annotate(first=Min("number"))
     )
-    redispatch = sum(1 for row in after_unknown if row["last"] > row["first"])
+    first_unknown = {row["action_id"]: row["first"] for row in after_unknown}
+    later = Attempt.objects.filter(action_id__in=first_unknown).values_list(
+        "action_id", "number", "kind", "declaration"
+    )
+    redispatch = len(
+        {
+            action_id
+            for action_id, number, kind, declared in later
+            if number > first_unknown[action_id]
+            and not (kind == "resend" and (declared or {}).get("effect") in RESENDABLE)
+        }
+    )
+    resends = Attempt.objects.filter(action__tenant=tenant, kind="resend").count()
     stuck = sum(1 for state in actions.values() if state in IN_PROGRESS)
+    # The figure issue 13 is about: of the actions whose outcome was ever unknown, how many
+    # needed a person (still needs_human: the soak has no operators).
+    unknowns = set(first_unknown)
+    needed_person = sum(1 for pk in unknowns if actions.get(pk) == "needs_human")
+    by_lookup = (
+        Action.objects.filter(
+            pk__in=unknowns, state="succeeded", reconciliations__verdict="lookup_applied"
+        )
+        .distinct()
+        .count()
+    )
 
     # Every transition audited: per action, the audit events chain from the proposal's state
     # to the current one with no gap (each `before` is the previous `after`).
@@ -778,9 +816,16 @@ def invariants(tenant, downstream_stats: dict) -> dict:
         "duplicate effects (a target mutated twice)": duplicates,
         "keys received more than once": over_received,
         "re-dispatch after unknown": redispatch,
+        "declared resends": resends,
         "stuck (queued, dispatching, unknown)": stuck,
         "audit gaps": gaps,
+        "unknown outcomes": len(unknowns),
+        "unknowns that needed a person": needed_person,
+        "unknowns settled by lookup": by_lookup,
     }
+
+
+RESENDABLE = {"idempotent", "read_only"}
 
 
 STATES = {

@@ -374,6 +374,11 @@ WAKEUP_EXPIRES_SECONDS = env_float("WAKEUP_EXPIRES_SECONDS", 60)
 # waiting requests can never take every thread.
 WAIT_MAX_PER_PRINCIPAL = int(os.environ.get("WAIT_MAX_PER_PRINCIPAL", 2))
 WAIT_MAX_PER_PROCESS = int(os.environ.get("WAIT_MAX_PER_PROCESS", 4))
+# An unknown outcome at a tool declared `idempotent` (or `read_only`) is sent again with the
+# same Idempotency-Key at most this many times, the first after this delay, doubling
+# (issue 13). An `unsafe` tool is never re-sent past the boundary, whatever these say.
+IDEMPOTENT_RESEND_LIMIT = int(os.environ.get("IDEMPOTENT_RESEND_LIMIT", 2))
+IDEMPOTENT_RESEND_DELAY_SECONDS = env_float("IDEMPOTENT_RESEND_DELAY_SECONDS", 5)
 RECONCILE_READ_ATTEMPTS = 3
 RECONCILE_READ_INTERVAL_SECONDS = 0.2
 RECONCILE_BACKOFF_MAX_SECONDS = env_float("RECONCILE_BACKOFF_MAX_SECONDS", 600)

@@ -276,3 +276,44 @@ def make_failed_run_without_tools(world):
     return services.run_finish(
         run, status="error", error_message="bad input", tools_called=[], actor=agent_of(world)
     )
+
+
+def declared_tool(world, name="notify_customer", prefix="email", **declarations):
+    """A tool with declarations (issue 13); the demo outbox is idempotent with lookup."""
+    declarations.setdefault("effect", "idempotent")
+    declarations.setdefault("lookup", True)
+    return tool(world, name, prefix=prefix, **declarations)
+
+
+def _reconcile_until(action_id, states, timeout=20.0) -> Action:
+    """Reconcile in this process (or let a running worker do it) until `states`."""
+    deadline = time.monotonic() + timeout
+    while Action.objects.get(pk=action_id).state not in states:
+        if time.monotonic() > deadline:
+            break
+        dispatch.action_reconcile(action_id)  # no-op unless due and unclaimed
+        time.sleep(0.2)
+    return wait_state(action_id, states, timeout=1)
+
+
+def make_settled_by_lookup(world, *, run=None, target=None):
+    """An e-mail whose answer was lost; the outbox's lookup says it applied the key."""
+    target = target or f"{uuid.uuid4().hex[:6]}@example.com"
+    t = declared_tool(world)
+    world.downstream.fault("drop_after_commit", prefix="email", target=target)
+    run = run or start_run(world)
+    action = propose(world, run, t, target, {"subject": "Your refund", "body": "On its way."})
+    dispatch.action_dispatch(action.pk)
+    return _reconcile_until(action.pk, {"succeeded"})
+
+
+def make_resent(world, *, run=None, target=None):
+    """An e-mail the outbox never received (503): its lookup says so, and it is sent again
+    with the same key, attempt 2."""
+    target = target or f"{uuid.uuid4().hex[:6]}@example.com"
+    t = declared_tool(world)
+    world.downstream.fault("error_before_commit", prefix="email", target=target)
+    run = run or start_run(world)
+    action = propose(world, run, t, target, {"subject": "Renewal", "body": "Hello again."})
+    dispatch.action_dispatch(action.pk)
+    return _reconcile_until(action.pk, {"succeeded"})

@@ -22,7 +22,7 @@ import pytest
 from django.db import connection, connections
 
 from . import invariants
-from .builders import World, make_world
+from .builders import SETUP, World, make_world  # noqa: F401 -- SETUP: tests import it from here
 
 ROOT = Path(__file__).resolve().parent.parent
 

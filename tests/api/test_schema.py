@@ -109,9 +109,9 @@ def api(document, world):
 def test_schema_validates_without_warnings(schema_file, document):
     ops = [op for item in document["paths"].values() for op in item.values()]
     # The API's 27 core operations, plus tokens (4), acknowledge, idempotency conflicts,
-    # four-eyes force replay requests (3), the tenant's settings (2) and bulk preview and
-    # apply (2).
-    assert len(ops) == 40
+    # four-eyes force replay requests (3), the tenant's settings (2), one tool and its
+    # declaration (2), and bulk preview and apply (2).
+    assert len(ops) == 42
     assert all(op["operationId"] for op in ops)
     for op in ops:
         for status, response in op["responses"].items():
@@ -210,6 +210,54 @@ def test_real_answers_conform_to_the_schema(api, world, worker):
 
     statuses = {status for _, status in api.conformance.seen}
     assert statuses >= {"200", "201", "204", "400", "401", "403", "404", "409", "422"}
+
+
+@pytest.mark.worker
+def test_declarations_lookups_and_resends_conform_to_the_schema(api, world, worker):
+    """Issue 13's fields and endpoints: tools with declarations, an action settled by the
+    tool's lookup, one resent (attempt 2), a read without a key, and the replay verdict and
+    refusal that name safe tools."""
+    world.tool("update_ticket")
+    world.tool("send_email", prefix="email", effect="idempotent", lookup=True)
+    world.tool("search_tickets", prefix="search", effect="read_only")
+    agent, oncall, admin = api(world.agent), api(world.oncall), api(world.admin)
+    agent.get("/api/v1/tools/send_email")
+    agent.get("/api/v1/tools/nope")  # 404
+    declare = "/api/v1/tools/update_ticket/declaration"
+    oncall.post(declare, {"lookup": True, "reason": "x"})  # 403
+    admin.post(declare, {"reason": "x"})  # 400: nothing named
+    admin.post(declare, {"lookup": True, "reason": "it keeps a record of keys"})
+    admin.post(declare, {"lookup": True, "reason": "again"})  # 409: no change
+    admin.post(declare, {"lookup": False, "reason": "it does not, after all"})
+
+    run = agent.post("/api/v1/runs", {"trigger": "api"}).json()
+    path = f"/api/v1/runs/{run['id']}/actions"
+    ids = []
+    for fault in ("drop_after_commit", "error_before_commit"):
+        t = f"{uuid.uuid4().hex[:8]}@example.com"
+        world.downstream.fault(fault, prefix="email", target=t)
+        body = {"tool": "send_email", "target": t, "desired_state": {"subject": "Hi"}}
+        ids.append(agent.post(path, body, HTTP_IDEMPOTENCY_KEY=f"{t}:mail").json()["id"])
+    read = {"tool": "search_tickets", "target": "open", "desired_state": {"status": "open"}}
+    ids.append(agent.post(path, read).json()["id"])  # no key: a read
+    ticket = {"tool": "update_ticket", "target": f"T-{uuid.uuid4().hex[:6]}", "desired_state": {}}
+    ids.append(agent.post(path, ticket, HTTP_IDEMPOTENCY_KEY=f"{ticket['target']}:t").json()["id"])
+    for action_id in ids:
+        world.wait_action(action_id, timeout=40)
+        agent.get(f"/api/v1/actions/{action_id}")
+    lookup, resent = (world.agent.client().get(f"/api/v1/actions/{i}").json() for i in ids[:2])
+    assert lookup["reconciliations"][0]["verdict"] == "lookup_applied"
+    assert [a["kind"] for a in resent["attempts"]] == ["send", "resend"]
+    agent.post(
+        f"/api/v1/runs/{run['id']}/finish",
+        {"status": "error", "tools_called": ["send_email", "search_tickets", "update_ticket"]},
+    )
+    agent.get(f"/api/v1/runs/{run['id']}")
+    refused = agent.post(f"/api/v1/runs/{run['id']}/replay", {})
+    assert refused.status_code == 409 and refused.json()["safe_tools"]
+    admin.post(f"/api/v1/runs/{run['id']}/replay", {"force": True, "reason": "tickets by key"})
+    admin.get("/api/v1/replays")
+    admin.get("/api/v1/tools")
 
 
 @pytest.mark.worker

@@ -18,10 +18,13 @@ from runs import dispatch, services
 from tests.builders import make_world
 from tests.console.conftest import (
     agent_of,
+    declared_tool,
     make_awaiting,
     make_failed_run_with_tools,
     make_failed_run_without_tools,
     make_needs_human,
+    make_resent,
+    make_settled_by_lookup,
     make_unknown,
     operator_actor,
     propose,
@@ -109,6 +112,22 @@ def test_screenshots(live_db, downstream, new_page, console_server):
             actor=agent_of(w),
         )
 
+    # What tools declare (issue 13): an e-mail settled by the outbox's lookup, one the
+    # outbox never received and that was sent again, and a run whose replay they make safe.
+    safe_run = start_run(w, config={"campaign": "renewal-2026-12"})
+    by_lookup = make_settled_by_lookup(w, run=safe_run, target="maria.lopez@example.com")
+    resent = make_resent(w, run=safe_run, target="j.chen@example.com")
+    search = declared_tool(w, "search_tickets", prefix="search", effect="read_only", lookup=False)
+    propose(w, safe_run, search, "open", {"status": "open"})
+    propose(w, safe_run, tool(w), "TCK-4400", {"status": "open"})
+    services.run_finish(
+        safe_run,
+        status="error",
+        error_message="The LLM provider answered 529 after 3 of 40 tickets.",
+        tools_called=["notify_customer", "search_tickets", "update_ticket"],
+        actor=agent_of(w),
+    )
+
     # Notifications: a webhook that delivers, a Slack channel whose receiver is down, e-mail.
     from core import notifications
     from tests.receiver import start_receiver
@@ -147,6 +166,9 @@ def test_screenshots(live_db, downstream, new_page, console_server):
     clean_failed = make_failed_run_without_tools(w)
 
     shots = {
+        "action-lookup": f"/actions/{by_lookup.pk}/",
+        "action-resend": f"/actions/{resent.pk}/",
+        "run-declarations": f"/runs/{safe_run.pk}/",
         "queue": "/",
         "action": f"/actions/{needs.pk}/",
         "approvals": "/approvals/",

@@ -13,7 +13,13 @@ seconds at most) and prints the invariant table:
 - stuck: actions still queued, dispatching or unknown after the settle window;
 - audit gaps: an action whose audit trail does not chain from its proposal to its state;
 - 5xx: answers of 500 and above other than 503 (a 503 is the API's transient answer);
-- the broker's highest depth.
+- the broker's highest depth;
+- of the actions whose outcome was ever unknown, how many the tool's lookup settled and how
+  many needed a person (left needs_human): the figure that tool declarations move.
+
+`--prefix email` points the tool at the demo outbox (which deduplicates keys and answers
+lookups) instead of the ticket system; `--effect` and `--lookup` declare it (issue 13). A
+resend that the declaration allowed is counted apart, not as a re-dispatch after unknown.
 
 It exits 1 if any invariant is broken.
 """
@@ -40,6 +46,13 @@ class Command(BaseCommand):
         parser.add_argument("--workers", type=int, default=2)
         parser.add_argument("--settle", type=float, default=900)
         parser.add_argument("--no-faults", action="store_true")
+        # The tool's declarations (issue 13). The demo's ticket system is unsafe and answers
+        # no lookups; its outbox (`--prefix email`) deduplicates keys and answers lookups.
+        parser.add_argument("--prefix", choices=["tickets", "email"], default="tickets")
+        parser.add_argument(
+            "--effect", choices=["unsafe", "idempotent", "read_only"], default="unsafe"
+        )
+        parser.add_argument("--lookup", action="store_true")
         parser.add_argument("--inner", action="store_true", help="internal")
 
     def handle(self, *args, **opts):
@@ -55,8 +68,10 @@ class Command(BaseCommand):
         argv = [sys.executable, "manage.py", "soak", "--inner"]
         for option in ("actions", "kill_every", "refuse_every", "workers", "settle"):
             argv += [f"--{option.replace('_', '-')}", str(opts[option])]
-        if opts["no_faults"]:
-            argv.append("--no-faults")
+        argv += ["--prefix", opts["prefix"], "--effect", opts["effect"]]
+        for flag in ("no_faults", "lookup"):
+            if opts[flag]:
+                argv.append(f"--{flag.replace('_', '-')}")
         sys.exit(subprocess.run(argv, env=env).returncode)
 
     def inner(self, **opts):
@@ -67,7 +82,13 @@ class Command(BaseCommand):
         logging.getLogger("httpx").setLevel(logging.WARNING)
         out = self.stdout.write
         tenant, token, stack = loadgen.tenant_stack(
-            "soak", workers=opts["workers"], timeout_seconds=2, say=out
+            "soak",
+            workers=opts["workers"],
+            timeout_seconds=2,
+            say=out,
+            prefix=opts["prefix"],
+            effect=opts["effect"],
+            lookup=opts["lookup"],
         )
         try:
             agent = loadgen.Agent(stack.url, token, tenant.slug)
@@ -85,6 +106,7 @@ class Command(BaseCommand):
                 refuse_every=opts["refuse_every"] or None,
                 settle_timeout=opts["settle"],
                 say=out,
+                tool_prefix=opts["prefix"],
             )
             stats = httpx.get(f"{stack.downstream_url}/_control/stats", timeout=60).json()
         finally:
@@ -108,6 +130,10 @@ class Command(BaseCommand):
             f"{result.proposed} actions proposed in {result.elapsed - result.settle_seconds:.0f}"
             f" s; settled {result.settle_seconds:.0f} s later; {result.kills} workers killed"
         )
+        out(
+            f"  the tool: /{opts['prefix']}, declared effect={opts['effect']}, "
+            f"lookup={str(opts['lookup']).lower()}"
+        )
         out(f"  final states: {table['states']}")
         out(f"  tool: {sum(stats['faults_fired'].values())} faults fired {stats['faults_fired']}")
         out(f"  answers: {result.statuses}")
@@ -118,5 +144,14 @@ class Command(BaseCommand):
         out(f"  {'broker depth, highest':<{width}}  {result.max_depth:>6}")
         received = table["keys received more than once"]
         out(f"  {'keys received more than once':<{width}}  {received:>6}")
+        out(f"  {'declared resends':<{width}}  {table['declared resends']:>6}")
+        unknowns, person = table["unknown outcomes"], table["unknowns that needed a person"]
+        share = f"{person / unknowns:.1%}" if unknowns else "-"
+        out(f"  {'unknown outcomes':<{width}}  {unknowns:>6}")
+        out(
+            f"  {'  settled by the tool' + chr(39) + 's lookup':<{width}}  "
+            f"{table['unknowns settled by lookup']:>6}"
+        )
+        out(f"  {'  needed a person (needs_human)':<{width}}  {person:>6}  {share}")
         if any(broken.values()):
             sys.exit(1)
