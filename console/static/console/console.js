@@ -282,8 +282,11 @@
   document.addEventListener("htmx:afterSettle", syncPicks);
 
   // --- keyboard shortcuts: j/k move, o opens, r re-checks, ? lists them -------------------
+  // An open dialog keeps its keys; a closed one does not: right after Escape the focus may
+  // still sit on its Close button until the browser moves it, and must not swallow the
+  // next shortcut.
   function typingIn(target) {
-    return target.closest && target.closest("input, textarea, select, [contenteditable], dialog");
+    return target.closest && target.closest("input, textarea, select, [contenteditable], dialog[open]");
   }
 
   function rowLinks() {
