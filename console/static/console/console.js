@@ -260,7 +260,9 @@
 
   // --- keyboard shortcuts: j/k move, o opens, r re-checks, ? lists them -------------------
   function typingIn(target) {
-    return target.closest && target.closest("input, textarea, select, [contenteditable], dialog");
+    // An open dialog keeps its keys; a dialog that was just closed (Escape) may still hold
+    // the focus for a moment, and a shortcut pressed then must still work.
+    return target.closest && target.closest("input, textarea, select, [contenteditable], dialog[open]");
   }
 
   function rowLinks() {
