@@ -282,10 +282,9 @@
   document.addEventListener("htmx:afterSettle", syncPicks);
 
   // --- keyboard shortcuts: j/k move, o opens, r re-checks, ? lists them -------------------
-  // An open dialog keeps its keys; a closed one does not: right after Escape the focus may
-  // still sit on its Close button until the browser moves it, and must not swallow the
-  // next shortcut.
   function typingIn(target) {
+    // An open dialog keeps its keys; a dialog that was just closed (Escape) may still hold
+    // the focus for a moment, and a shortcut pressed then must still work.
     return target.closest && target.closest("input, textarea, select, [contenteditable], dialog[open]");
   }
 
