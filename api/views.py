@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db.models import Prefetch, Q
+from django.db.models import Q
 from django.http import Http404
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
@@ -18,14 +18,21 @@ from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
 
 from approvals import services as approvals
-from approvals.models import Approval, ApprovalRequest, RequestState
+from approvals.models import RequestState
+from approvals.selectors import (
+    approval_for,
+    approval_request_for,
+    approval_requests_of,
+    approvals_of,
+)
 from core.api import jsonsafe
 from core.api.pagination import keyset_page
 from core.api.parsers import StrictJSONParser, refused
 from core.api.permissions import require_operator, require_principal
 from core.api.problems import problem
 from core.errors import StateConflict, ValidationFailed
-from core.models import AuditEvent, Principal, Role, Tool
+from core.models import Principal, Role, Tool
+from core.selectors import audit_events
 from core.services import (
     operator_manageable,
     principal_create,
@@ -37,18 +44,14 @@ from core.services import (
     tool_create,
     tool_declare,
 )
-from ledger.models import LedgerEntry
+from ledger.selectors import ledger_entries_of, ledger_entry_for
 from ledger.services import ledger_revoke
 from runs import dispatch, selectors, services
 from runs import presenters as present
 from runs.models import (
-    Action,
-    Attempt,
     ForceReplayRequest,
     IdempotencyConflict,
-    Reconciliation,
     Replay,
-    Run,
 )
 from runs.notify import WaitRefused, waiters
 from runs.states import IN_PROGRESS, OPEN_FOR_HUMANS, RunStatus
@@ -125,45 +128,14 @@ def body_object(request) -> dict:
     return data
 
 
-ACTION_DETAIL = Action.objects.select_related(
-    "tenant", "principal", "tool", "claimed_by"
-).prefetch_related(
-    Prefetch("attempts", queryset=Attempt.objects.order_by("number")),
-    Prefetch("reconciliations", queryset=Reconciliation.objects.order_by("at", "id")),
-)
-
-
-def scoped_actions(caller):
-    if caller.is_principal:
-        return ACTION_DETAIL.filter(principal=caller.principal)
-    return ACTION_DETAIL.filter(tenant=caller.tenant)
-
-
-def get_action_for(caller, pk) -> Action:
-    action = scoped_actions(caller).filter(pk=pk).first()
-    if action is None:
-        raise Http404
-    return action
-
-
-def get_run_for(caller, pk) -> Run:
-    runs = Run.objects.select_related("tenant", "principal")
-    runs = (
-        runs.filter(principal=caller.principal)
-        if caller.is_principal
-        else runs.filter(tenant=caller.tenant)
-    )
-    run = runs.filter(pk=pk).first()
-    if run is None:
-        raise Http404
-    return run
-
-
-def page(request, qs, present_one, *, newest_first=True, field="created_at"):
+def page(request, qs, present_one=None, *, many=None, newest_first=True, field="created_at"):
+    """One keyset page of `qs`, each row presented by `present_one`, or the whole page at
+    once by `many` (when a row would otherwise cost a query of its own)."""
     rows, next_cursor = keyset_page(
         qs, request.query_params.get("cursor"), newest_first=newest_first, field=field
     )
-    return Response({"results": [present_one(r) for r in rows], "next": next_cursor})
+    results = many(rows) if many else [present_one(r) for r in rows]
+    return Response({"results": results, "next": next_cursor})
 
 
 def csv_param(request, name, allowed=None) -> list[str]:
@@ -211,16 +183,10 @@ def me(request):
 @parser_classes([StrictJSONParser, MultiPartParser])
 def runs(request):
     if request.method == "GET":
-        caller = request.user
-        qs = Run.objects.select_related("tenant", "principal")
-        qs = (
-            qs.filter(principal=caller.principal)
-            if caller.is_principal
-            else qs.filter(tenant=caller.tenant)
-        )
+        qs = selectors.runs_of(request.user)
         if statuses := csv_param(request, "status"):
             qs = qs.filter(status__in=statuses)
-        return page(request, qs, lambda r: present.run_dict(r, with_actions=False))
+        return page(request, qs, many=selectors.run_resources)
     principal = require_principal(request)
     if request.content_type.startswith("multipart/"):
         data = {k: request.data.get(k) for k in ("trigger", "session_id") if k in request.data}
@@ -250,7 +216,7 @@ def runs(request):
         input_file=upload,
         actor=request.user.actor,
     )
-    return Response(present.run_dict(run), status=201)
+    return Response(selectors.run_resource(run), status=201)
 
 
 @extend_schema(
@@ -260,7 +226,7 @@ def runs(request):
 )
 @api_view(["GET"])
 def run_detail(request, pk):
-    return Response(present.run_dict(get_run_for(request.user, pk)))
+    return Response(selectors.run_resource(selectors.run_for(request.user, pk)))
 
 
 @extend_schema(
@@ -271,8 +237,8 @@ def run_detail(request, pk):
 @api_view(["POST"])
 def run_heartbeat(request, pk):
     require_principal(request)
-    run = services.run_heartbeat(get_run_for(request.user, pk), actor=request.user.actor)
-    return Response(present.run_dict(run, with_actions=False))
+    run = services.run_heartbeat(selectors.run_for(request.user, pk), actor=request.user.actor)
+    return Response(selectors.run_resource(run, with_actions=False))
 
 
 @extend_schema(
@@ -283,10 +249,10 @@ def run_heartbeat(request, pk):
 @api_view(["POST"])
 def run_finish(request, pk):
     require_principal(request)
-    run = get_run_for(request.user, pk)
+    run = selectors.run_for(request.user, pk)
     fields = valid(s.RunFinishIn, body_object(request))
     run = services.run_finish(run, actor=request.user.actor, **fields)
-    return Response(present.run_dict(run))
+    return Response(selectors.run_resource(run))
 
 
 @extend_schema(
@@ -304,7 +270,7 @@ def run_claim(request):
     run = services.run_claim(principal=principal, actor=request.user.actor)
     if run is None:
         return Response(status=204)
-    return Response(present.run_dict(run))
+    return Response(selectors.run_resource(run))
 
 
 @extend_schema(
@@ -323,7 +289,7 @@ def run_claim(request):
 )
 @api_view(["POST"])
 def run_replay(request, pk):
-    run = get_run_for(request.user, pk)
+    run = selectors.run_for(request.user, pk)
     fields = valid(s.ReplayIn, body_object(request) if request.body else {})
     caller = request.user
     if fields["force"]:
@@ -340,14 +306,7 @@ def run_replay(request, pk):
             return Response(services.force_request_dict(waiting), status=202)
     else:
         new_run = services.run_replay(run, force=False, reason="", actor=caller.actor)
-    return Response(present.run_dict(new_run), status=201)
-
-
-def get_force_request_for(caller, pk) -> ForceReplayRequest:
-    found = ForceReplayRequest.objects.filter(tenant=caller.tenant, pk=pk).first()
-    if found is None:
-        raise Http404
-    return found
+    return Response(selectors.run_resource(new_run), status=201)
 
 
 @extend_schema(
@@ -374,8 +333,10 @@ def force_replay_requests(request):
 def force_replay_confirm(request, pk):
     """A second admin confirms: 201 with the new run. 409 for the requester themselves."""
     caller = require_operator(request, Role.ADMIN)
-    new_run = services.force_replay_confirm(get_force_request_for(caller, pk), actor=caller.actor)
-    return Response(present.run_dict(new_run), status=201)
+    new_run = services.force_replay_confirm(
+        selectors.force_request_for(caller, pk), actor=caller.actor
+    )
+    return Response(selectors.run_resource(new_run), status=201)
 
 
 @extend_schema(
@@ -387,7 +348,7 @@ def force_replay_reject(request, pk):
     caller = require_operator(request, Role.ADMIN)
     fields = valid(s.NoteIn, body_object(request) if request.body else {})
     req = services.force_replay_reject(
-        get_force_request_for(caller, pk), reason=fields["reason"].strip(), actor=caller.actor
+        selectors.force_request_for(caller, pk), reason=fields["reason"].strip(), actor=caller.actor
     )
     return Response(services.force_request_dict(req))
 
@@ -611,13 +572,13 @@ def action_detail(request, pk):
 @api_view(["POST"])
 def action_reconcile(request, pk):
     require_operator(request, Role.ONCALL)
-    action = get_action_for(request.user, pk)
+    action = selectors.action_for(request.user, pk, with_history=True)
     if action.state not in {"unknown", "needs_human"}:
         raise StateConflict(
             f"Only an unknown or needs_human action can be re-checked; this one is {action.state}."
         )
     dispatch.action_reconcile(action.pk, actor=request.user.actor, manual=True)
-    return Response(present.action_dict(get_action_for(request.user, pk)))
+    return Response(present.action_dict(selectors.action_for(request.user, pk, with_history=True)))
 
 
 @extend_schema(
@@ -628,7 +589,7 @@ def action_reconcile(request, pk):
 @api_view(["POST"])
 def action_resolve(request, pk):
     require_operator(request, Role.ONCALL)
-    action = get_action_for(request.user, pk)
+    action = selectors.action_for(request.user, pk, with_history=True)
     fields = valid(s.ResolveIn, body_object(request))
     if not fields["reason"].strip():
         raise ValidationFailed("A reason is required.", {"reason": ["Say why."]})
@@ -639,7 +600,7 @@ def action_resolve(request, pk):
         actor=request.user.actor,
         based_on_read=fields["based_on_read"],
     )
-    return Response(present.action_dict(get_action_for(request.user, pk)))
+    return Response(present.action_dict(selectors.action_for(request.user, pk, with_history=True)))
 
 
 @extend_schema(
@@ -651,10 +612,10 @@ def action_acknowledge(request, pk):
     """Acknowledge a blocked action (on-call): it leaves the queue, stays findable. 409
     `state-conflict` unless it is blocked and not yet acknowledged."""
     require_operator(request, Role.ONCALL)
-    action = get_action_for(request.user, pk)
+    action = selectors.action_for(request.user, pk, with_history=True)
     fields = valid(s.AcknowledgeIn, body_object(request) if request.body else {})
     services.action_acknowledge(action, note=fields["note"].strip(), actor=request.user.actor)
-    return Response(present.action_dict(get_action_for(request.user, pk)))
+    return Response(present.action_dict(selectors.action_for(request.user, pk, with_history=True)))
 
 
 @extend_schema(
@@ -700,17 +661,18 @@ def queue(request):
     caller = require_operator(request)
     states = csv_param(request, "state", OPEN_FOR_HUMANS) or OPEN_FOR_HUMANS
     # Acknowledged blocked actions have left the queue; GET /actions/{id} still has them.
-    qs = ACTION_DETAIL.filter(tenant=caller.tenant, state__in=states, acknowledged_at__isnull=True)
-    if tools := csv_param(request, "tool"):
-        qs = qs.filter(tool__name__in=tools)
+    tools = csv_param(request, "tool")
+    qs = selectors.open_queue(
+        caller.tenant_ids,
+        states=states,
+        tool_ids=selectors.tool_ids(caller.tenant_ids, tools) if tools else None,
+    )
+    qs = selectors.with_attempts_and_reads(qs)
     oldest = request.query_params.get("order") == "oldest"
     return page(request, qs, present.action_dict, newest_first=not oldest)
 
 
 # --- approvals ---------------------------------------------------------------------------
-
-REQUESTS = ApprovalRequest.objects.select_related("tenant", "principal", "tool")
-APPROVALS = Approval.objects.select_related("tenant", "principal", "tool")
 
 
 @extend_schema(
@@ -725,17 +687,10 @@ APPROVALS = Approval.objects.select_related("tenant", "principal", "tool")
 @api_view(["GET"])
 def approval_requests(request):
     caller = require_operator(request, Role.APPROVER)
-    qs = REQUESTS.filter(tenant=caller.tenant)
+    qs = approval_requests_of(caller)
     if states := csv_param(request, "state", ["pending", "granted", "denied", "expired"]):
         qs = qs.filter(state__in=states)
     return page(request, qs, present.approval_request_dict)
-
-
-def get_request_for(caller, pk) -> ApprovalRequest:
-    found = REQUESTS.filter(tenant=caller.tenant, pk=pk).first()
-    if found is None:
-        raise Http404
-    return found
 
 
 @extend_schema(
@@ -746,12 +701,12 @@ def get_request_for(caller, pk) -> ApprovalRequest:
 @api_view(["POST"])
 def approval_request_grant(request, pk):
     caller = require_operator(request, Role.APPROVER)
-    req = get_request_for(caller, pk)
+    req = approval_request_for(caller, pk)
     fields = valid(s.GrantIn, body_object(request) if request.body else {})
     approval = services.approval_request_grant(
         req, ttl_seconds=fields["ttl_seconds"], actor=caller.actor
     )
-    return Response(present.approval_dict(APPROVALS.get(pk=approval.pk)), status=201)
+    return Response(present.approval_dict(approval_for(caller, approval.pk)), status=201)
 
 
 @extend_schema(
@@ -762,12 +717,12 @@ def approval_request_grant(request, pk):
 @api_view(["POST"])
 def approval_request_deny(request, pk):
     caller = require_operator(request, Role.APPROVER)
-    req = get_request_for(caller, pk)
+    req = approval_request_for(caller, pk)
     fields = valid(s.ReasonIn, body_object(request))
     if not fields["reason"].strip():
         raise ValidationFailed("A reason is required.", {"reason": ["Say why."]})
     services.approval_request_deny(req, reason=fields["reason"].strip(), actor=caller.actor)
-    return Response(present.approval_request_dict(REQUESTS.get(pk=req.pk)))
+    return Response(present.approval_request_dict(approval_request_for(caller, req.pk)))
 
 
 @extend_schema(
@@ -788,7 +743,7 @@ def approvals_collection(request):
     if request.method == "GET":
         return page(
             request,
-            APPROVALS.filter(tenant=caller.tenant),
+            approvals_of(caller),
             present.approval_dict,
             field="granted_at",
         )
@@ -812,14 +767,7 @@ def approvals_collection(request):
         ttl_seconds=fields["ttl_seconds"],
         actor=caller.actor,
     )
-    return Response(present.approval_dict(APPROVALS.get(pk=approval.pk)), status=201)
-
-
-def get_approval_for(caller, pk) -> Approval:
-    found = APPROVALS.filter(tenant=caller.tenant, pk=pk).first()
-    if found is None:
-        raise Http404
-    return found
+    return Response(present.approval_dict(approval_for(caller, approval.pk)), status=201)
 
 
 @extend_schema(
@@ -830,7 +778,7 @@ def get_approval_for(caller, pk) -> Approval:
 @api_view(["GET"])
 def approval_detail(request, pk):
     caller = require_operator(request, Role.APPROVER)
-    return Response(present.approval_dict(get_approval_for(caller, pk)))
+    return Response(present.approval_dict(approval_for(caller, pk)))
 
 
 @extend_schema(
@@ -841,10 +789,10 @@ def approval_detail(request, pk):
 @api_view(["POST"])
 def approval_revoke(request, pk):
     caller = require_operator(request, Role.APPROVER)
-    approval = get_approval_for(caller, pk)
+    approval = approval_for(caller, pk)
     fields = valid(s.ReasonIn, body_object(request) if request.body else {"reason": "revoked"})
     approvals.approval_revoke(approval, actor=caller.actor, reason=fields["reason"])
-    return Response(present.approval_dict(get_approval_for(caller, pk)))
+    return Response(present.approval_dict(approval_for(caller, pk)))
 
 
 # --- ledger, audit, set-up -------------------------------------------------------------------
@@ -863,11 +811,8 @@ def approval_revoke(request, pk):
 @api_view(["GET"])
 def ledger(request):
     caller = require_operator(request, Role.ADMIN)
-    qs = LedgerEntry.objects.select_related("tenant").filter(tenant=caller.tenant)
-    if key := request.query_params.get("key"):
-        qs = qs.filter(key=key)
-    if tool := request.query_params.get("tool"):
-        qs = qs.filter(tool=tool)
+    params = request.query_params
+    qs = ledger_entries_of(caller, key=params.get("key", ""), tool=params.get("tool", ""))
     return page(request, qs, present.ledger_dict)
 
 
@@ -879,26 +824,12 @@ def ledger(request):
 @api_view(["POST"])
 def ledger_revoke_view(request, pk):
     caller = require_operator(request, Role.ADMIN)
-    entry = LedgerEntry.objects.select_related("tenant").filter(tenant=caller.tenant, pk=pk).first()
-    if entry is None:
-        raise Http404
+    entry = ledger_entry_for(caller, pk)
     fields = valid(s.ReasonIn, body_object(request))
     if not fields["reason"].strip():
         raise ValidationFailed("A reason is required.", {"reason": ["Say why."]})
     entry = ledger_revoke(entry, actor=caller.actor, reason=fields["reason"].strip())
     return Response(present.ledger_dict(entry))
-
-
-def audit_queryset(caller, params):
-    qs = AuditEvent.objects.filter(tenant=caller.tenant)
-    if verb := params.get("verb"):
-        qs = qs.filter(verb__startswith=verb) if verb.endswith(".") else qs.filter(verb=verb)
-    if actor := params.get("actor"):
-        kind, _, name = actor.partition(":")
-        qs = qs.filter(actor_kind=kind, actor_name=name) if name else qs.filter(actor_name=actor)
-    if obj := params.get("object"):
-        qs = qs.filter(object_id=obj)
-    return qs
 
 
 @extend_schema(
@@ -916,7 +847,15 @@ def audit_queryset(caller, params):
 def audit(request):
     caller = require_operator(request, Role.ADMIN)
     return page(
-        request, audit_queryset(caller, request.query_params), present.audit_dict, field="at"
+        request,
+        audit_events(
+            caller.tenant,
+            verb=request.query_params.get("verb", ""),
+            actor=request.query_params.get("actor", ""),
+            obj=request.query_params.get("object", ""),
+        ),
+        present.audit_dict,
+        field="at",
     )
 
 

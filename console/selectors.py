@@ -24,7 +24,7 @@ from core.audit import Verb
 from core.errors import ValidationFailed
 from core.models import AuditEvent, Membership, Role, Tool
 from runs.models import Action, Attempt, Reconciliation, Replay, Run
-from runs.services import GATEWAY_CALLED, replay_verdict, tools_executed
+from runs.selectors import GATEWAY_CALLED, replay_verdict, tools_executed
 from runs.states import (
     BLOCK_REASON_MEANING,
     OPEN_FOR_HUMANS,

@@ -1,7 +1,5 @@
 """The API's resource shapes, as plain dicts. Fields may be added, never renamed."""
 
-from .services import GATEWAY_CALLED, replay_verdict, tools_executed
-
 
 def _iso(value):
     return value.isoformat() if value else None
@@ -114,7 +112,10 @@ def action_summary(action) -> dict:
     }
 
 
-def run_dict(run, *, with_actions=True) -> dict:
+def run_dict(run, *, tools_executed, actions=None, verdict=None) -> dict:
+    """The run resource from what `runs.selectors.run_resource` read: `actions` (and the
+    replay verdict, an added field: what a replay without force would answer, and which
+    called tools operators cleared) only on the detail."""
     data = {
         "id": str(run.pk),
         "tenant": run.tenant.slug,
@@ -133,17 +134,12 @@ def run_dict(run, *, with_actions=True) -> dict:
         "started_at": _iso(run.started_at),
         "finished_at": _iso(run.finished_at),
         "heartbeat_at": _iso(run.heartbeat_at),
+        "tools_executed": tools_executed,
     }
-    if with_actions:
-        actions = list(run.actions.select_related("tool").order_by("created_at"))
-        gateway = {a.tool.name for a in actions if a.state in GATEWAY_CALLED}
-        data["tools_executed"] = tools_executed(run, gateway)
+    if actions is not None:
         data["actions"] = [action_summary(a) for a in actions]
-        # The replay rule's verdict as it stands (added field; issue 12): what a replay
-        # without force would answer, and which called tools operators cleared.
-        data["replay_verdict"] = replay_verdict(run, data["tools_executed"], actions).as_dict()
-    else:
-        data["tools_executed"] = tools_executed(run)
+    if verdict is not None:
+        data["replay_verdict"] = verdict.as_dict()
     return data
 
 
