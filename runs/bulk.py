@@ -34,7 +34,7 @@ from core.errors import DomainError, StaleRead, ValidationFailed
 from core.models import Role, ToolEffect
 from ledger.models import LedgerEntry
 
-from . import dispatch, services
+from . import dispatch, selectors, services
 from .models import Action, ForceReplayRequest, ForceRequestState, Reconciliation, Run
 from .states import ActionState as S
 from .states import RunStatus
@@ -340,9 +340,9 @@ def _plan_replays(wanted, tenant_ids, can, *, force, reason) -> list[BulkItem]:
             items.append(_not_found(pk, "run"))
             continue
         rows = actions.get(pk, [])
-        gateway = {a.tool.name for a in rows if a.state in services.GATEWAY_CALLED}
-        executed = services.tools_executed(run, gateway)
-        verdict = services.replay_verdict(run, executed, rows)
+        gateway = {a.tool.name for a in rows if a.state in selectors.GATEWAY_CALLED}
+        executed = selectors.tools_executed(run, gateway)
+        verdict = selectors.replay_verdict(run, executed=executed, actions=rows)
         item = BulkItem(
             str(pk),
             "run",
