@@ -706,7 +706,8 @@ def approval_request_grant(request, pk):
     approval = services.approval_request_grant(
         req, ttl_seconds=fields["ttl_seconds"], actor=caller.actor
     )
-    return Response(present.approval_dict(approval_for(caller, approval.pk)), status=201)
+    # The approval as granted: a worker may consume it a moment later (GET shows that).
+    return Response(present.approval_dict(approval), status=201)
 
 
 @extend_schema(
@@ -767,7 +768,7 @@ def approvals_collection(request):
         ttl_seconds=fields["ttl_seconds"],
         actor=caller.actor,
     )
-    return Response(present.approval_dict(approval_for(caller, approval.pk)), status=201)
+    return Response(present.approval_dict(approval), status=201)
 
 
 @extend_schema(
