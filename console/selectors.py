@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db.models import Count, OuterRef, Q, Subquery
-from django.http import Http404
 from django.utils import timezone
 
-from approvals.models import Approval, ApprovalRequest, RequestState
+from approvals.models import Approval, RequestState
+from approvals.selectors import REQUESTS
 from core.access import Viewer
 from core.api import pagination
 from core.api.pagination import decode_cursor
@@ -24,7 +24,7 @@ from core.audit import Verb
 from core.errors import ValidationFailed
 from core.models import AuditEvent, Membership, Role, Tool
 from runs.models import Action, Attempt, Reconciliation, Replay, Run
-from runs.selectors import GATEWAY_CALLED, replay_verdict, tools_executed
+from runs.selectors import GATEWAY_CALLED, open_queue, replay_verdict, tools_executed
 from runs.states import (
     BLOCK_REASON_MEANING,
     OPEN_FOR_HUMANS,
@@ -135,17 +135,11 @@ class QueuePage:
 
 
 def _open_actions(filters: QueueFilters, *, now=None):
-    # `state IN (open states)` is always present, so the planner can prove the predicate of
-    # the partial index action_open_queue (tenant, created_at, id) and use it.
-    # Acknowledged blocked actions have left the queue (runs.services.action_acknowledge).
-    qs = Action.objects.filter(
-        tenant_id__in=filters.tenant_ids, state__in=OPEN_FOR_HUMANS, acknowledged_at__isnull=True
+    """The queue's rows under the console's filters: the one open-queue query the API's
+    `GET /queue` runs too (`runs.selectors.open_queue`)."""
+    return open_queue(
+        filters.tenant_ids, tool_ids=filters.tool_ids, older_than=AGES.get(filters.age), now=now
     )
-    if filters.tool_ids is not None:
-        qs = qs.filter(tool_id__in=filters.tool_ids)
-    if older := AGES.get(filters.age):
-        qs = qs.filter(created_at__lte=(now or timezone.now()) - older)
-    return qs
 
 
 def queue_page(filters: QueueFilters, cursor=None, *, size=PAGE_SIZE) -> QueuePage:
@@ -235,18 +229,6 @@ def queue_tools(scope: Scope, tenant_ids) -> list[tuple[str, list]]:
 
 
 # --- one action ----------------------------------------------------------------------------
-
-ACTION_DETAIL = Action.objects.select_related(
-    "tenant", "principal", "tool", "run", "claimed_by", "approval_request"
-)
-
-
-def get_action_for(scope: Scope, pk) -> Action:
-    """The action, if it belongs to one of the operator's tenants; 404 otherwise."""
-    action = ACTION_DETAIL.filter(pk=pk, tenant_id__in=scope.tenant_ids).first()
-    if action is None:
-        raise Http404("No such action.")
-    return action
 
 
 @dataclass
@@ -495,15 +477,6 @@ def action_diff(action: Action, reads) -> Diff:
 
 # --- approvals -----------------------------------------------------------------------------
 
-REQUESTS = ApprovalRequest.objects.select_related("tenant", "principal", "tool")
-
-
-def get_request_for(scope: Scope, pk) -> ApprovalRequest:
-    found = REQUESTS.filter(pk=pk, tenant_id__in=scope.tenant_ids).first()
-    if found is None:
-        raise Http404("No such approval request.")
-    return found
-
 
 def approvals_inbox(tenant, *, recent=20):
     """Pending requests (oldest first) with their actions' states, and recent decisions."""
@@ -594,15 +567,6 @@ def target_state_now(request) -> TargetState:
 
 
 # --- runs ----------------------------------------------------------------------------------
-
-RUN_DETAIL = Run.objects.select_related("tenant", "principal", "replay_of")
-
-
-def get_run_for(scope: Scope, pk) -> Run:
-    run = RUN_DETAIL.filter(pk=pk, tenant_id__in=scope.tenant_ids).first()
-    if run is None:
-        raise Http404("No such run.")
-    return run
 
 
 def runs_page(tenant, cursor=None, *, status=""):
@@ -741,30 +705,7 @@ def principal_names(tenant_ids) -> list[str]:
 # --- audit ---------------------------------------------------------------------------------
 
 
-def audit_queryset(tenant, *, actor="", verb="", obj="", since=None, until=None):
-    """The tenant's audit log under the console's filters.
-
-    actor: "kind:name" or a bare name; verb: exact, or a prefix when it ends with "." or
-    "*"; object: an object id (full, as stored).
-    """
-    qs = AuditEvent.objects.filter(tenant=tenant)
-    if verb:
-        if verb.endswith("*"):
-            qs = qs.filter(verb__startswith=verb[:-1])
-        elif verb.endswith("."):
-            qs = qs.filter(verb__startswith=verb)
-        else:
-            qs = qs.filter(verb=verb)
-    if actor:
-        kind, sep, name = actor.partition(":")
-        qs = qs.filter(actor_kind=kind, actor_name=name) if sep else qs.filter(actor_name=actor)
-    if obj:
-        qs = qs.filter(object_id=obj)
-    if since:
-        qs = qs.filter(at__gte=since)
-    if until:
-        qs = qs.filter(at__lte=until)
-    return qs
+# The audit filter is core.selectors.audit_events, the API's too.
 
 
 SYSTEM_ACTORS = ["system:dispatcher", "system:reconciler", "system:sweeper", "system:takeover"]

@@ -23,19 +23,22 @@ from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect, HttpResponseLocation
 
+from approvals.selectors import approval_request_for
 from core.access import console_viewer
-from core.errors import DomainError, StaleRead, StateConflict
+from core.errors import DomainError, StaleRead
 from core.models import Role
+from core.selectors import audit_events
 from core.services import tenant_settings_update
 from runs import dispatch, services
 from runs.models import ForceReplayRequest, ForceRequestState, Replay
+from runs.selectors import action_for, force_request_for, run_for
 from runs.states import OPEN_FOR_HUMANS, VERDICT_MEANING, ActionState
 
 from . import selectors as sel
@@ -88,6 +91,47 @@ def _go(request, url: str):
     response = HttpResponseRedirect(url)
     response.status_code = 303  # See Other: the browser follows with a GET
     return response
+
+
+def decision(get, role: str | None = None, *, back, refused: str = "Not done"):
+    """The console's decisions, in one shape (every POST that changes something goes
+    through it): POST only; signed in (`operator_required`); the object through its scoped
+    getter, so another tenant's is a 404; the role in the object's tenant, else 403. The view
+    gets the object and `request.actor` (who acts, with their roles there), validates its
+    form and calls one service. A refusal by the service (a DomainError: a state conflict, a
+    missing reason, a role) becomes an error message in words, nothing changed, and the
+    browser goes `back(obj)`: HX-Location for htmx, a 303 otherwise (`_go`)."""
+
+    def decorator(view):
+        @require_POST
+        @operator_required()
+        @wraps(view)
+        def wrapped(request, pk, *args, **kwargs):
+            obj = get(request.scope, pk)
+            if role:
+                request.scope.require_role(role, obj.tenant_id)
+            request.actor = request.scope.actor_for(obj.tenant_id)
+            try:
+                return view(request, obj, *args, **kwargs)
+            except DomainError as exc:
+                messages.error(request, f"{refused}: {exc.detail}")
+                return _go(request, _next_or(request, back(obj)))
+
+        return wrapped
+
+    return decorator
+
+
+def _action_url(action) -> str:
+    return reverse("console:action", args=[action.pk])
+
+
+def _run_url(run) -> str:
+    return reverse("console:run", args=[run.pk])
+
+
+def _approvals_url(req) -> str:
+    return reverse("console:approvals")
 
 
 def _next_or(request, fallback: str) -> str:
@@ -499,7 +543,7 @@ def _controls_change(action, claimed_by_me) -> tuple[str, object]:
 
 @operator_required()
 def action_detail(request, pk):
-    action = sel.get_action_for(request.scope, pk)
+    action = action_for(request.scope, pk)
     extra = {}
     if not request.htmx and (form := _recall_form(request, f"resolve:{pk}", ResolveForm)):
         extra["resolve_form"] = form
@@ -513,26 +557,9 @@ def action_detail(request, pk):
     return render(request, "console/action.html", context)
 
 
-def _action_url(action) -> str:
-    return reverse("console:action", args=[action.pk])
-
-
-@require_POST
-@operator_required()
-def action_recheck(request, pk):
-    scope = request.scope
-    action = sel.get_action_for(scope, pk)
-    scope.require_role(Role.ONCALL, action.tenant_id)
-    if action.state not in {ActionState.UNKNOWN, ActionState.NEEDS_HUMAN}:
-        messages.error(
-            request,
-            f"Only an unknown or needs-human action can be re-checked; this one is "
-            f"{action.get_state_display().lower()}.",
-        )
-        return _go(request, _action_url(action))
-    action = dispatch.action_reconcile(
-        action.pk, actor=scope.actor_for(action.tenant_id), manual=True
-    )
+@decision(action_for, Role.ONCALL, back=_action_url, refused="Not re-checked")
+def action_recheck(request, action):
+    action = dispatch.action_reconcile(action.pk, actor=request.actor, manual=True)
     if request.htmx and request.POST.get("background"):
         # The page's own re-read on opening: the live region shows the new read.
         return HttpResponse(status=204)
@@ -550,12 +577,8 @@ def action_recheck(request, pk):
     return _go(request, _action_url(action))
 
 
-@require_POST
-@operator_required()
-def action_claim(request, pk):
-    scope = request.scope
-    action = sel.get_action_for(scope, pk)
-    scope.require_role(Role.ONCALL, action.tenant_id)
+@decision(action_for, Role.ONCALL, back=_action_url, refused="Not claimed")
+def action_claim(request, action):
     if action.state not in OPEN_FOR_HUMANS:
         messages.error(request, "Only an action in the queue can be claimed.")
         return _go(request, _action_url(action))
@@ -568,7 +591,7 @@ def action_claim(request, pk):
     )
     holder = action.claimed_by.get_username() if action.claimed_by_id else None
     action, won = services.action_claim_for_operator(
-        action, user=request.user, actor=scope.actor_for(action.tenant_id), take_over_from=take_over
+        action, user=request.user, actor=request.actor, take_over_from=take_over
     )
     if won and take_over:
         messages.success(request, f"You took this action over from {holder}.")
@@ -579,25 +602,25 @@ def action_claim(request, pk):
     return _go(request, _action_url(action))
 
 
-@require_POST
-@operator_required()
-def action_release(request, pk):
-    scope = request.scope
-    action = sel.get_action_for(scope, pk)
-    scope.require_role(Role.ONCALL, action.tenant_id)
-    services.action_release_claim(
-        action, user=request.user, actor=scope.actor_for(action.tenant_id)
-    )
+@decision(action_for, Role.ONCALL, back=_action_url, refused="Not released")
+def action_release(request, action):
+    services.action_release_claim(action, user=request.user, actor=request.actor)
     messages.info(request, "Claim released.")
     return _go(request, _action_url(action))
 
 
-@require_POST
-@operator_required()
-def action_resolve(request, pk):
-    scope = request.scope
-    action = sel.get_action_for(scope, pk)
-    scope.require_role(Role.ONCALL, action.tenant_id)
+def _resolve_form_again(request, action, form):
+    """The resolve form with its errors, the typed reason kept: the partial for htmx, else
+    Post/Redirect/Get with the form remembered."""
+    if request.htmx:
+        context = _action_context(request, action, resolve_form=form)
+        return render(request, "console/action.html#resolve-form", context, status=422)
+    _remember_form(request, f"resolve:{action.pk}", form)
+    return _go(request, _action_url(action) + "#resolve-form")
+
+
+@decision(action_for, Role.ONCALL, back=_action_url, refused="Not resolved")
+def action_resolve(request, action):
     form = ResolveForm(request.POST)
     held_by_other = action.claimed_by_id not in (None, request.user.pk)
     if form.is_valid() and held_by_other and not form.cleaned_data["override_claim"]:
@@ -607,52 +630,32 @@ def action_resolve(request, pk):
             "resolve it anyway.",
         )
     if not form.is_valid():
-        if request.htmx:
-            context = _action_context(request, action, resolve_form=form)
-            return render(request, "console/action.html#resolve-form", context, status=422)
-        _remember_form(request, f"resolve:{action.pk}", form)
-        return _go(request, _action_url(action) + "#resolve-form")
+        return _resolve_form_again(request, action, form)
     outcome = form.cleaned_data["outcome"]
     try:
         services.action_resolve(
             action,
             outcome=outcome,
             reason=form.cleaned_data["reason"],
-            actor=scope.actor_for(action.tenant_id),
+            actor=request.actor,
             based_on_read=form.cleaned_data["based_on_read"],
         )
     except StaleRead as exc:
         # Asks for a fresh read first; the typed reason stays in the form.
         form.add_error(None, exc.detail)
-        if request.htmx:
-            context = _action_context(request, action, resolve_form=form)
-            return render(request, "console/action.html#resolve-form", context, status=422)
-        _remember_form(request, f"resolve:{action.pk}", form)
-        return _go(request, _action_url(action) + "#resolve-form")
-    except StateConflict as exc:
-        messages.error(request, exc.detail)
-    else:
-        messages.success(request, f"Resolved as {outcome}. The reason is in the audit log.")
+        return _resolve_form_again(request, action, form)
+    messages.success(request, f"Resolved as {outcome}. The reason is in the audit log.")
     return _go(request, _action_url(action))
 
 
-@require_POST
-@operator_required()
-def action_acknowledge(request, pk):
-    scope = request.scope
-    action = sel.get_action_for(scope, pk)
-    scope.require_role(Role.ONCALL, action.tenant_id)
+@decision(action_for, Role.ONCALL, back=_action_url, refused="Not acknowledged")
+def action_acknowledge(request, action):
     note = request.POST.get("note", "").strip()[:2000]
-    try:
-        services.action_acknowledge(action, note=note, actor=scope.actor_for(action.tenant_id))
-    except StateConflict as exc:
-        messages.error(request, f"Not acknowledged: {exc.detail}")
-    else:
-        messages.success(
-            request,
-            "Acknowledged. It has left the queue; it stays findable from its run and the "
-            "audit log.",
-        )
+    services.action_acknowledge(action, note=note, actor=request.actor)
+    messages.success(
+        request,
+        "Acknowledged. It has left the queue; it stays findable from its run and the audit log.",
+    )
     return _go(request, _action_url(action))
 
 
@@ -685,7 +688,7 @@ def approval_target_state(request, pk):
     through the tool protocol (side-effect free, bounded like a reconciliation read), not
     stored: it informs a decision, it proves nothing about an effect."""
     scope = request.scope
-    req = sel.get_request_for(scope, pk)
+    req = approval_request_for(scope, pk)
     scope.require_role(Role.APPROVER, req.tenant_id)
     context = {"section": "approvals", "req": req, "now_state": sel.target_state_now(req)}
     if request.htmx:
@@ -693,52 +696,34 @@ def approval_target_state(request, pk):
     return render(request, "console/approval_state.html", context)
 
 
-@require_POST
-@operator_required()
-def approval_grant(request, pk):
-    scope = request.scope
-    req = sel.get_request_for(scope, pk)
-    scope.require_role(Role.APPROVER, req.tenant_id)
+@decision(approval_request_for, Role.APPROVER, back=_approvals_url, refused="Not granted")
+def approval_grant(request, req):
     form = GrantForm(request.POST)
-    back = _next_or(request, reverse("console:approvals"))
+    back = _next_or(request, _approvals_url(req))
     if not form.is_valid():
         messages.error(request, "Choose how long the approval stays valid.")
         return _go(request, back)
-    try:
-        approval = services.approval_request_grant(
-            req, ttl_seconds=form.cleaned_data["ttl_seconds"], actor=scope.actor_for(req.tenant_id)
-        )
-    except StateConflict as exc:
-        messages.error(request, f"Not granted: {exc.detail}")
-    else:
-        messages.success(
-            request,
-            f"Granted {req.tool.name} on {req.target} until "
-            f"{timezone.localtime(approval.expires_at):%Y-%m-%d %H:%M} "
-            f"{timezone.get_current_timezone_name()}. The action is queued for dispatch.",
-        )
+    approval = services.approval_request_grant(
+        req, ttl_seconds=form.cleaned_data["ttl_seconds"], actor=request.actor
+    )
+    messages.success(
+        request,
+        f"Granted {req.tool.name} on {req.target} until "
+        f"{timezone.localtime(approval.expires_at):%Y-%m-%d %H:%M} "
+        f"{timezone.get_current_timezone_name()}. The action is queued for dispatch.",
+    )
     return _go(request, back)
 
 
-@require_POST
-@operator_required()
-def approval_deny(request, pk):
-    scope = request.scope
-    req = sel.get_request_for(scope, pk)
-    scope.require_role(Role.APPROVER, req.tenant_id)
+@decision(approval_request_for, Role.APPROVER, back=_approvals_url, refused="Not denied")
+def approval_deny(request, req):
     form = DenyForm(request.POST)
-    back = _next_or(request, reverse("console:approvals"))
+    back = _next_or(request, _approvals_url(req))
     if not form.is_valid():
         messages.error(request, "Not denied: a reason is required.")
         return _go(request, back)
-    try:
-        services.approval_request_deny(
-            req, reason=form.cleaned_data["reason"], actor=scope.actor_for(req.tenant_id)
-        )
-    except StateConflict as exc:
-        messages.error(request, f"Not denied: {exc.detail}")
-    else:
-        messages.success(request, f"Denied {req.tool.name} on {req.target}. The action is blocked.")
+    services.approval_request_deny(req, reason=form.cleaned_data["reason"], actor=request.actor)
+    messages.success(request, f"Denied {req.tool.name} on {req.target}. The action is blocked.")
     return _go(request, back)
 
 
@@ -815,7 +800,7 @@ def _run_context(request, run, **extra) -> dict:
 
 @operator_required()
 def run_detail(request, pk):
-    run = sel.get_run_for(request.scope, pk)
+    run = run_for(request.scope, pk)
     if request.htmx and request.GET.get("live"):
         context = _run_context(request, run)
         if request.GET.get("v") == context["live_signature"]:
@@ -829,32 +814,15 @@ def run_detail(request, pk):
     return render(request, "console/run.html", _run_context(request, run, **extra))
 
 
-def _run_url(run) -> str:
-    return reverse("console:run", args=[run.pk])
-
-
-@require_POST
-@operator_required()
-def run_replay(request, pk):
-    scope = request.scope
-    run = sel.get_run_for(scope, pk)
-    try:
-        new_run = services.run_replay(
-            run, force=False, reason="", actor=scope.actor_for(run.tenant_id)
-        )
-    except DomainError as exc:
-        messages.error(request, f"Not replayed: {exc.detail}")
-        return _go(request, _run_url(run))
+@decision(run_for, back=_run_url, refused="Not replayed")
+def run_replay(request, run):
+    new_run = services.run_replay(run, force=False, reason="", actor=request.actor)
     messages.success(request, f"Replay created: run {str(new_run.pk)[:8]}, pending for a runtime.")
     return _go(request, _run_url(new_run))
 
 
-@require_POST
-@operator_required()
-def run_force_replay(request, pk):
-    scope = request.scope
-    run = sel.get_run_for(scope, pk)
-    scope.require_role(Role.ADMIN, run.tenant_id)
+@decision(run_for, Role.ADMIN, back=_run_url, refused="Not replayed")
+def run_force_replay(request, run):
     form = ForceReplayForm(request.POST, run=run)
     if not form.is_valid():
         if request.htmx:
@@ -862,13 +830,9 @@ def run_force_replay(request, pk):
             return render(request, "console/run.html#force-form", context, status=422)
         _remember_form(request, f"force:{run.pk}", form)
         return _go(request, _run_url(run) + "#force-form")
-    try:
-        new_run, waiting = services.run_force_replay(
-            run, reason=form.cleaned_data["reason"], actor=scope.actor_for(run.tenant_id)
-        )
-    except DomainError as exc:
-        messages.error(request, f"Not replayed: {exc.detail}")
-        return _go(request, _run_url(run))
+    new_run, waiting = services.run_force_replay(
+        run, reason=form.cleaned_data["reason"], actor=request.actor
+    )
     if waiting is not None:
         messages.info(
             request,
@@ -884,32 +848,18 @@ def run_force_replay(request, pk):
     return _go(request, _run_url(new_run))
 
 
-@require_POST
-@operator_required()
-def force_request_decide(request, pk, decision):
-    scope = request.scope
-    req = get_object_or_404(
-        ForceReplayRequest.objects.select_related("run"), pk=pk, tenant_id__in=scope.tenant_ids
-    )
-    scope.require_role(Role.ADMIN, req.tenant_id)
-    try:
-        if decision == "confirm":
-            new_run = services.force_replay_confirm(req, actor=scope.actor_for(req.tenant_id))
-        else:
-            services.force_replay_reject(
-                req,
-                reason=request.POST.get("reason", "").strip()[:2000],
-                actor=scope.actor_for(req.tenant_id),
-            )
-    except DomainError as exc:
-        messages.error(request, f"Not done: {exc.detail}")
-        return _go(request, _run_url(req.run))
+@decision(force_request_for, Role.ADMIN, back=lambda req: _run_url(req.run))
+def force_request_decide(request, req, decision):
     if decision == "confirm":
+        new_run = services.force_replay_confirm(req, actor=request.actor)
         messages.success(
             request,
             f"Confirmed. Forced replay created: run {str(new_run.pk)[:8]}, pending for a runtime.",
         )
         return _go(request, _run_url(new_run))
+    services.force_replay_reject(
+        req, reason=request.POST.get("reason", "").strip()[:2000], actor=request.actor
+    )
     messages.info(request, "Rejected. Nothing was replayed.")
     return _go(request, _run_url(req.run))
 
@@ -1005,7 +955,7 @@ def _audit_form(request) -> AuditFilterForm:
 @operator_required(Role.ADMIN)
 def audit(request):
     form = _audit_form(request)
-    qs = sel.audit_queryset(request.scope.tenant, **form.filters())
+    qs = audit_events(request.scope.tenant, **form.filters())
     rows, next_cursor = sel.keyset(
         qs, sel.parse_cursor(request.GET.get("after")), field_name="at", descending=True
     )
@@ -1040,7 +990,7 @@ def _change_text(event) -> str:
 @operator_required(Role.ADMIN)
 def audit_csv(request):
     form = _audit_form(request)
-    qs = sel.audit_queryset(request.scope.tenant, **form.filters()).order_by("-at", "-pk")
+    qs = audit_events(request.scope.tenant, **form.filters()).order_by("-at", "-pk")
     header = [
         "at",
         "actor_kind",
