@@ -8,7 +8,6 @@ one tenant and on-call in another gets exactly the rights of each.
 """
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -17,6 +16,7 @@ from django.utils import timezone
 
 from approvals.models import Approval, RequestState
 from approvals.selectors import REQUESTS
+from console.templatetags.console_format import age_label, compact_json
 from core.access import Viewer
 from core.api import pagination
 from core.api.pagination import decode_cursor
@@ -51,31 +51,6 @@ def signature(*parts) -> str:
     """A short digest of what a live region shows, so a poll that finds nothing new can be
     answered with 204 and the browser leaves the DOM (focus, selection, scroll) alone."""
     return hashlib.sha1(repr(parts).encode(), usedforsecurity=False).hexdigest()[:16]
-
-
-def pretty_json(value) -> str:
-    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
-
-
-def compact_json(value) -> str:
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(", ", ": "))
-
-
-def age_label(at, now=None) -> str:
-    """A compact age for dense tables: 42 s, 12 min, 3 h 5 min, 2 d 4 h."""
-    seconds = max(int(((now or timezone.now()) - at).total_seconds()), 0)
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes = seconds // 60
-    if minutes < 60:
-        return f"{minutes} min"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
-    days, hours = divmod(hours, 24)
-    return f"{days} d {hours} h" if hours else f"{days} d"
 
 
 def parse_cursor(raw: str | None):
@@ -159,7 +134,6 @@ def queue_page(filters: QueueFilters, cursor=None, *, size=PAGE_SIZE) -> QueuePa
     rows, next_cursor = keyset(rows_qs, cursor, size=size)
     for action in rows:
         action.why = queue_reason(action)
-        action.age = age_label(action.created_at, now)
     sig = signature(
         [(str(a.pk), a.state, a.claimed_by_id, a.updated_at.isoformat(), a.why) for a in rows],
         sorted(counts.items()),
@@ -510,14 +484,11 @@ def approvals_inbox(tenant, *, recent=20):
         r.action_state_label = ActionState(r.action_state).label.lower() if r.action_state else ""
     for r in pending:
         r.action = actions.get(r.action_id)
-        r.age = age_label(r.created_at, now)
         r.over_sla = sla is not None and now - r.created_at > sla
-        r.expires_in = age_label(now, r.expires_at)
         r.desired_rows = [(k, compact_json(v)) for k, v in r.desired_state.items()]
         r.waiting = r.action_state == ActionState.AWAITING_APPROVAL and r.expires_at > now
     for r in decided:
         r.approval = approvals.get(r.pk)
-        r.decided_age = age_label(r.decided_at, now)
     return pending, decided
 
 

@@ -52,6 +52,7 @@ from .forms import (
     ResolveForm,
     RunFilterForm,
 )
+from .templatetags.console_format import age_label, compact_json, pretty_json
 
 # --- scope and roles -----------------------------------------------------------------------
 
@@ -496,8 +497,8 @@ def _action_context(request, action, **extra) -> dict:
         "resends": sum(1 for a in attempts if a.kind == "resend"),
         "diff": diff,
         "attempts": attempts,
-        "desired_json": sel.pretty_json(action.desired_state),
-        "desired_rows": [(k, sel.compact_json(v)) for k, v in action.desired_state.items()],
+        "desired_json": pretty_json(action.desired_state),
+        "desired_rows": [(k, compact_json(v)) for k, v in action.desired_state.items()],
         "can_oncall": oncall,
         "can_approve": approver,
         "resolvable": resolvable,
@@ -512,8 +513,8 @@ def _action_context(request, action, **extra) -> dict:
         "controls_signature": controls_signature,
         "change_text": change_text,
         "change_at": change_at,
-        "age": sel.age_label(action.created_at),
-        "request_age": sel.age_label(pending_request.created_at) if pending_request else "",
+        "age": age_label(action.created_at),
+        "request_age": age_label(pending_request.created_at) if pending_request else "",
         "resolve_form": ResolveForm(),
         "grant_form": GrantForm(),
         "deny_form": DenyForm(),
@@ -779,7 +780,7 @@ def _run_context(request, run, **extra) -> dict:
         "run": run,
         "detail": detail,
         "verdict": verdict,
-        "config_json": sel.pretty_json(run.config),
+        "config_json": pretty_json(run.config),
         "is_admin": request.scope.has_role(Role.ADMIN, run.tenant_id),
         "force_form": ForceReplayForm(run=run),
         "waiting_force": waiting_force,
@@ -983,7 +984,7 @@ def _change_text(event) -> str:
     if before and after:
         return f"{before} → {after}"
     if event.after:
-        return sel.compact_json(event.after)
+        return compact_json(event.after)
     return ""
 
 
