@@ -11,7 +11,10 @@ def _session_settings(sender, connection, **kwargs):
 
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute("SET lock_timeout = %s", [f"{settings.DATABASE_LOCK_TIMEOUT_MS}ms"])
+            cursor.execute(
+                "SELECT set_config(%s, %s, false)",
+                ["lock_timeout", f"{settings.DATABASE_LOCK_TIMEOUT_MS}ms"],
+            )
 
 
 class CoreConfig(AppConfig):

@@ -24,7 +24,7 @@ RESERVE = """
 INSERT INTO ledger_ledgerentry
   (id, tenant_id, key, generation, fingerprint, tool, action_id, status,
    created_at, updated_at, revoked_reason)
-SELECT %(id)s, %(tenant)s, %(key)s, coalesce(max(generation), 0) + 1, %(fingerprint)s,
+SELECT %(id)s, %(tenant)s, %(key)s::varchar, coalesce(max(generation), 0) + 1, %(fingerprint)s,
        %(tool)s, %(action)s, %(status)s, %(now)s, %(now)s, ''
 FROM ledger_ledgerentry WHERE tenant_id = %(tenant)s AND key = %(key)s
 ON CONFLICT (tenant_id, key) WHERE revoked_at IS NULL DO NOTHING

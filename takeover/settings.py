@@ -178,6 +178,7 @@ def _database(url: str) -> dict:
     # anyone rebuilding the URL, like the test workers) looks for it.
     if socket_host := db.get("OPTIONS", {}).pop("host", None):
         db["HOST"] = socket_host
+    db["ENGINE"] = "takeover.pgbackend"  # Django's, with a health check that costs no round trip
     db["CONN_HEALTH_CHECKS"] = True
     db.setdefault("OPTIONS", {})
     db["OPTIONS"].setdefault("connect_timeout", 5)  # a dead host fails fast
@@ -197,6 +198,14 @@ DATABASE_LOCK_TIMEOUT_MS = int(os.environ.get("DATABASE_LOCK_TIMEOUT_MS", 10000)
 # connection may run on different server connections.
 DATABASE_POOLER = os.environ.get("DATABASE_POOLER", "")
 DATABASES = {"default": _database(_database_url), "owner": _database(_owner_url)}
+# The application's connection binds parameters on the server, rather than psycopg splicing
+# them into the SQL: a statement run five times is then prepared once (psycopg's
+# prepare_threshold), so PostgreSQL stops parsing and planning the hot path's statements on
+# every call. Not the owner's: pgtrigger.ignore (the audit archive) prefixes a SET to the
+# statement, and a server-bound statement must be one statement.
+DATABASES["default"]["OPTIONS"].setdefault("server_side_binding", True)
+if DATABASE_POOLER != "transaction":  # Django turns psycopg's preparing off by default
+    DATABASES["default"]["OPTIONS"].setdefault("prepare_threshold", 5)
 # Tests: the owner creates and migrates the test database; the application's connection
 # uses the same database under its own role.
 DATABASES["owner"]["TEST"] = {"NAME": os.environ.get("TEST_DATABASE_NAME", "test_takeover")}

@@ -1,0 +1,65 @@
+"""The application's connection: a health check with no round trip, server-side binding
+with prepared statements, and a connection the server dropped replaced before it is used."""
+
+import time
+
+import pytest
+from django.db import connections
+
+
+@pytest.fixture
+def own_connection(live_db):
+    """A connection of the application's role outside the test's transaction."""
+    conn = connections.create_connection("default")
+    conn.ensure_connection()
+    yield conn
+    conn.close()
+
+
+def last_statement_of(pid: int) -> str:
+    with connections["owner"].cursor() as cursor:
+        cursor.execute("SELECT query FROM pg_stat_activity WHERE pid = %s", [pid])
+        return cursor.fetchone()[0]
+
+
+def test_an_idle_healthy_connection_is_checked_without_a_statement(own_connection):
+    with own_connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid() AS marker")
+        pid = cursor.fetchone()[0]
+    own_connection.health_check_done = False
+    own_connection.close_if_health_check_failed()
+    assert own_connection.connection is not None
+    assert "marker" in last_statement_of(pid), "the check sent a statement"
+
+
+def test_a_connection_the_server_closed_is_replaced_before_the_next_query(own_connection):
+    with own_connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+    with connections["owner"].cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:  # the server's FATAL notice reaches the socket
+        with connections["owner"].cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pid])
+            if cursor.fetchone()[0] == 0:
+                break
+        time.sleep(0.05)
+    own_connection.health_check_done = False
+    own_connection.close_if_health_check_failed()
+    assert own_connection.connection is None, "a dead connection was kept"
+    with own_connection.cursor() as cursor:  # reconnects on use
+        cursor.execute("SELECT pg_backend_pid()")
+        assert cursor.fetchone()[0] != pid
+
+
+def test_the_hot_statements_are_prepared_on_the_server(own_connection):
+    for _ in range(6):
+        with own_connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM runs_action WHERE id = %s", [None])
+    with own_connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s",
+            ["%FROM runs_action WHERE id = $1%"],
+        )
+        assert cursor.fetchone()[0] == 1
