@@ -25,3 +25,31 @@ def instance(model, values):
         if f.get_internal_type() == "JSONField" and isinstance(values[i], str):
             values[i] = json.loads(values[i])
     return model.from_db(connection.alias, [f.attname for f in fields], values)
+
+
+def insert_fields(model) -> list:
+    """The fields an INSERT of a new row writes: every concrete field (no table here has a
+    serial key)."""
+    return list(model._meta.concrete_fields)
+
+
+def insert_columns(model) -> str:
+    return ", ".join(f.column for f in insert_fields(model))
+
+
+def insert_values(obj, name: str, override: dict | None = None) -> tuple[str, dict]:
+    """A SELECT list and its named parameters for inserting the unsaved `obj`, to compose
+    several INSERTs into one statement (`INSERT INTO t (insert_columns) SELECT … FROM …`).
+
+    Each parameter is cast to its column's type (a parameter in a SELECT list has no type
+    of its own when the server binds it). `pre_save` runs as in `Model.save()` (auto_now
+    fields take the time). `override` maps a column to a function from the field's cast
+    parameter to the SQL expression to write instead."""
+    override = override or {}
+    exprs, params = [], {}
+    for i, f in enumerate(insert_fields(type(obj))):
+        param = f"{name}_{i}"
+        params[param] = f.get_db_prep_save(f.pre_save(obj, True), connection)
+        placeholder = f"%({param})s::{f.cast_db_type(connection)}"
+        exprs.append(override[f.column](placeholder) if f.column in override else placeholder)
+    return ", ".join(exprs), params

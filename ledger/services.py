@@ -53,6 +53,24 @@ def ledger_reserve(
     `audit_later`: the caller writes `ledger_reserve_audit(entry)` itself, in the same
     transaction (the proposal batches it with its own event).
     """
+    entry, params = ledger_reserve_statement(
+        tenant=tenant, key=key, fingerprint=fingerprint, tool=tool, action_id=action_id
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(RESERVE, params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    entry.generation = row[0]
+    entry._state.adding = False
+    if not audit_later:
+        audit(**ledger_reserve_audit(entry, actor=actor))
+    return entry
+
+
+def ledger_reserve_statement(*, tenant, key, fingerprint, tool, action_id):
+    """The unsaved entry a reservation would create, and `RESERVE`'s parameters for it (the
+    proposal runs `RESERVE` inside its own one-statement insert)."""
     now = timezone.now()
     entry = LedgerEntry(
         id=uuid.uuid4(),
@@ -65,28 +83,17 @@ def ledger_reserve(
         created_at=now,
         updated_at=now,
     )
-    with connection.cursor() as cursor:
-        cursor.execute(
-            RESERVE,
-            {
-                "id": entry.id,
-                "tenant": tenant.pk,
-                "key": key,
-                "fingerprint": fingerprint,
-                "tool": tool,
-                "action": action_id,
-                "status": entry.status,
-                "now": now,
-            },
-        )
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    entry.generation = row[0]
-    entry._state.adding = False
-    if not audit_later:
-        audit(**ledger_reserve_audit(entry, actor=actor))
-    return entry
+    params = {
+        "id": entry.id,
+        "tenant": tenant.pk,
+        "key": key,
+        "fingerprint": fingerprint,
+        "tool": tool,
+        "action": action_id,
+        "status": entry.status,
+        "now": now,
+    }
+    return entry, params
 
 
 def ledger_reserve_audit(entry: LedgerEntry, *, actor: Actor) -> dict:

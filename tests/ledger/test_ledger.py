@@ -2,6 +2,7 @@
 
 import pytest
 
+from core.models import AuditEvent
 from ledger.models import LedgerEntry
 
 from ..builders import make_world
@@ -80,6 +81,12 @@ def test_revoked_key_can_be_used_again_as_a_new_generation(w, worker):
     assert again.json()["id"] != first["id"]
     generations = admin.get(f"/api/v1/ledger?key={key}").json()["results"]
     assert [(e["generation"], e["revoked"]) for e in generations] == [(2, False), (1, True)]
+    # Each reservation is audited with the generation the statement counted.
+    reserved = AuditEvent.objects.filter(tenant=w.tenant, verb="ledger.reserve").order_by("at")
+    assert [(e.after["generation"], e.after["action_id"]) for e in reserved] == [
+        (1, first["id"]),
+        (2, again.json()["id"]),
+    ]
     assert w.wait_action(again.json()["id"])["state"] == "succeeded"
     assert w.downstream.mutations("ticket:1") >= 2  # a new generation is a new effect
 
