@@ -4,7 +4,9 @@ query compilation costs more than the query (profiled: ~0.5 ms of Python per que
 
 import json
 
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
+from psycopg.types.json import Jsonb
 
 
 def columns(model, alias: str) -> str:
@@ -27,29 +29,16 @@ def instance(model, values):
     return model.from_db(connection.alias, [f.attname for f in fields], values)
 
 
-def insert_fields(model) -> list:
-    """The fields an INSERT of a new row writes: every concrete field (no table here has a
-    serial key)."""
-    return list(model._meta.concrete_fields)
+def record(obj) -> Jsonb:
+    """The unsaved `obj` as one jsonb parameter, for `jsonb_populate_record(NULL::<table>,
+    %s)`: an INSERT composed into a bigger statement with one parameter per row, whose
+    columns PostgreSQL types from the table itself. `pre_save` runs as in `Model.save()`
+    (auto_now fields take the time)."""
+    return Jsonb(
+        {f.column: f.pre_save(obj, True) for f in obj._meta.concrete_fields},
+        dumps=_dumps,
+    )
 
 
-def insert_columns(model) -> str:
-    return ", ".join(f.column for f in insert_fields(model))
-
-
-def insert_values(obj, name: str, override: dict | None = None) -> tuple[str, dict]:
-    """A SELECT list and its named parameters for inserting the unsaved `obj`, to compose
-    several INSERTs into one statement (`INSERT INTO t (insert_columns) SELECT … FROM …`).
-
-    Each parameter is cast to its column's type (a parameter in a SELECT list has no type
-    of its own when the server binds it). `pre_save` runs as in `Model.save()` (auto_now
-    fields take the time). `override` maps a column to a function from the field's cast
-    parameter to the SQL expression to write instead."""
-    override = override or {}
-    exprs, params = [], {}
-    for i, f in enumerate(insert_fields(type(obj))):
-        param = f"{name}_{i}"
-        params[param] = f.get_db_prep_save(f.pre_save(obj, True), connection)
-        placeholder = f"%({param})s::{f.cast_db_type(connection)}"
-        exprs.append(override[f.column](placeholder) if f.column in override else placeholder)
-    return ", ".join(exprs), params
+def _dumps(value) -> str:
+    return json.dumps(value, cls=DjangoJSONEncoder, separators=(",", ":"))

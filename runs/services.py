@@ -628,15 +628,24 @@ def _action_propose(
     return action, True, False
 
 
-PROPOSE_QUEUED = """
-WITH entry AS ({reserve}),
-action AS (INSERT INTO runs_action ({action_columns}) SELECT {action} FROM entry),
+PROPOSE_QUEUED = f"""
+WITH entry AS ({RESERVE.strip()}),
+action AS (
+    INSERT INTO runs_action
+    SELECT r.* FROM entry, jsonb_populate_record(NULL::runs_action, %(action_row)s) r
+),
 events AS (
-    INSERT INTO core_auditevent ({audit_columns})
-    SELECT {reserved} FROM entry UNION ALL SELECT {proposed} FROM entry
+    INSERT INTO core_auditevent
+    SELECT r.* FROM entry, jsonb_populate_record(
+        NULL::core_auditevent,
+        -- the generation is the statement's to count (past revoked entries of the key)
+        jsonb_set(%(reserved_row)s, '{{after,generation}}', to_jsonb(entry.generation))
+    ) r
+    UNION ALL
+    SELECT r.* FROM entry, jsonb_populate_record(NULL::core_auditevent, %(proposed_row)s) r
 )
 SELECT generation FROM entry
-"""
+"""  # noqa: S608 -- RESERVE is a constant, not input
 
 
 def _propose_queued(
@@ -659,24 +668,10 @@ def _propose_queued(
         action_id, run=run, entry=entry, state=S.QUEUED, approval_id=None, reason=reason, **binding
     )
     reserved, proposed = _proposal_events(entry, action, actor=actor)
-    action_values, action_params = rows.insert_values(action, "a")
-    reserved_values, reserved_params = rows.insert_values(
-        reserved,
-        "r",
-        # The generation is the statement's to count (past revoked entries of the key).
-        {"after": lambda p: f"jsonb_set({p}, '{{generation}}', to_jsonb(entry.generation))"},
-    )
-    proposed_values, proposed_params = rows.insert_values(proposed, "p")
-    sql = PROPOSE_QUEUED.format(
-        reserve=RESERVE.strip(),
-        action_columns=rows.insert_columns(Action),
-        action=action_values,
-        audit_columns=rows.insert_columns(AuditEvent),
-        reserved=reserved_values,
-        proposed=proposed_values,
-    )
+    params["action_row"] = rows.record(action)
+    params["reserved_row"], params["proposed_row"] = rows.record(reserved), rows.record(proposed)
     with connection.cursor() as cursor:
-        cursor.execute(sql, {**params, **action_params, **reserved_params, **proposed_params})
+        cursor.execute(PROPOSE_QUEUED, params)
         row = cursor.fetchone()
     if row is None:
         return None
