@@ -103,8 +103,10 @@ def valid(serializer_class, data):
     """Validated fields. An optional field sent as null means "not given" (docs/design.md,
     "The API's conventions"), unless the field gives null a meaning of its own (tools_called,
     expected_version, approval_id)."""
-    fields = serializer_class().fields
-    data = {
+    serializer = serializer_class()
+    fields = serializer.fields
+    # Given as `data=` after construction: one serializer, its fields deep-copied once.
+    serializer.initial_data = {
         name: value
         for name, value in data.items()
         if not (
@@ -114,7 +116,6 @@ def valid(serializer_class, data):
             and not fields[name].allow_null
         )
     }
-    serializer = serializer_class(data=data)
     serializer.is_valid(raise_exception=True)
     return serializer.validated_data
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from django.db import models
 from django.utils import timezone
 
+from . import rows
 from .errors import PermissionDenied
 from .logs import request_id_var
 from .models import AuditEvent, Role
@@ -164,8 +165,7 @@ def audit(
 def audit_many(events: list[dict]) -> None:
     """Write several audit events in one INSERT (a batch claim moves many actions at once).
     Each dict holds `audit()`'s keyword arguments."""
-    if events:
-        AuditEvent.objects.bulk_create([AuditEvent(**audit_fields(**e)) for e in events])
+    rows.insert_many(AuditEvent, [AuditEvent(**audit_fields(**e)) for e in events])
 
 
 def audit_fields(

@@ -2,6 +2,7 @@
 query compilation costs more than the query (profiled: ~0.5 ms of Python per query, against
 ~0.1 ms for the round trip on a local server)."""
 
+import datetime
 import json
 
 from django.core.serializers.json import DjangoJSONEncoder
@@ -40,5 +41,46 @@ def record(obj) -> Jsonb:
     )
 
 
+class _Encoder(DjangoJSONEncoder):
+    def default(self, o):
+        # Full microseconds: DjangoJSONEncoder keeps milliseconds only, and timestamps
+        # order the audit log and the keyset pages.
+        if isinstance(o, datetime.datetime):
+            return o.isoformat()
+        return super().default(o)
+
+
 def _dumps(value) -> str:
-    return json.dumps(value, cls=DjangoJSONEncoder, separators=(",", ":"))
+    return json.dumps(value, cls=_Encoder, separators=(",", ":"))
+
+
+def insert_many(model, objs: list) -> list:
+    """INSERT the unsaved `objs` as ONE jsonb parameter (`jsonb_populate_recordset`): the
+    same short statement whatever their number, which psycopg converts once and the server
+    prepares once. `bulk_create` writes a statement per batch size instead, with a
+    parameter per field per row (profiled: a fifth of a worker's CPU on the batch claim's
+    attempts and audit rows). A serial primary key is left to the table's default and set
+    on the objects from RETURNING, in the order given (as `bulk_create` does)."""
+    if not objs:
+        return objs
+    meta = model._meta
+    serial = meta.pk.get_internal_type() in {"AutoField", "BigAutoField", "SmallAutoField"}
+    fields = [f for f in meta.concrete_fields if not (serial and f.primary_key)]
+    names = ", ".join(f.column for f in fields)
+    rows_param = Jsonb(
+        [{f.column: f.pre_save(obj, True) for f in fields} for obj in objs], dumps=_dumps
+    )
+    sql = (
+        f"INSERT INTO {meta.db_table} ({names}) "  # noqa: S608 -- names from the model
+        f"SELECT {names} FROM jsonb_populate_recordset(NULL::{meta.db_table}, %s)"
+    )
+    with connection.cursor() as cursor:
+        if serial:
+            cursor.execute(f"{sql} RETURNING {meta.pk.column}", [rows_param])
+            for obj, (pk,) in zip(objs, cursor.fetchall(), strict=True):
+                obj.pk = pk
+        else:
+            cursor.execute(sql, [rows_param])
+    for obj in objs:
+        obj._state.adding, obj._state.db = False, connection.alias
+    return objs

@@ -37,7 +37,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from approvals import services as approvals
-from core import metrics, notifications, otel
+from core import metrics, notifications, otel, rows
 from core.audit import DISPATCHER, RECONCILER, SWEEPER, Actor, Verb, audit, request_id_var
 from core.errors import StateConflict
 from core.logs import log_context, traceparent
@@ -289,8 +289,8 @@ def claim_batch(limit: int, *, only=None, actor: Actor = DISPATCHER) -> list[tup
             )
         # Rows are locked by us, so every ready action moved; sorted back to oldest first.
         moved.sort(key=lambda a: (a.created_at, str(a.pk)))
-        attempts = Attempt.objects.bulk_create(
-            [Attempt(action=a, number=1, started_at=now) for a in moved]
+        attempts = rows.insert_many(
+            Attempt, [Attempt(action=a, number=1, started_at=now) for a in moved]
         )
     return list(zip(moved, attempts, strict=True))
 

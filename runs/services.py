@@ -879,7 +879,7 @@ def _create_action(
         action.save(update_fields=["approval_request"])
         alerts.notify_approval_requested(request, action)
     # The ledger's reservation and the proposal, audited in one INSERT.
-    AuditEvent.objects.bulk_create(_proposal_events(entry, action, actor=actor))
+    rows.insert_many(AuditEvent, _proposal_events(entry, action, actor=actor))
     if state == S.BLOCKED:
         ledger_set_status(entry.pk, LedgerStatus.VOID, source=LedgerStatus.RESERVED)
     if state == S.QUEUED:

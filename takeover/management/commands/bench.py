@@ -98,8 +98,10 @@ class Command(BaseCommand):
             meter = Meter(stack)
             with loadgen.DepthWatch(stack) as depth:
                 t0 = time.monotonic()
+                self.proposed_at = 0
                 keys, latencies = self.effects(agent, opts["effects"], clients)
                 elapsed = time.monotonic() - t0
+                proposing = self.proposed_at - t0
             costs = meter.read()
             n = opts["effects"]
             succeeded = Action.objects.filter(
@@ -119,6 +121,11 @@ class Command(BaseCommand):
         rows = [
             ("pgbench TPC-B", f"{tps:,.0f} tps", "1"),
             ("effects/s end to end", f"{eps:,.1f}", f"{eps / tps:.3f} × TPC-B"),
+            (
+                "of which proposing / awaiting the last",
+                f"{proposing:.1f} / {elapsed - proposing:.1f} s",
+                "",
+            ),
             ("ledger hits/s", f"{hps:,.1f}", f"{hps / tps:.3f} × TPC-B"),
             (
                 "propose latency p50 / p99",
@@ -166,6 +173,7 @@ class Command(BaseCommand):
                 if response.status_code != 201:
                     raise CommandError(f"propose: {response.status_code} {response.text}")
                 mine.append((key, target, response.json()["id"], run_id))
+            self.proposed_at = max(getattr(self, "proposed_at", 0), time.monotonic())
             for _key, _target, action_id, _run in mine:
                 action = agent.wait(action_id)
                 if action["state"] != "succeeded":
