@@ -16,31 +16,40 @@ def own_connection(live_db):
     conn.close()
 
 
-def last_statement_of(pid: int) -> str:
-    with connections["owner"].cursor() as cursor:
+@pytest.fixture
+def owner():
+    """A fresh connection as the owner, who sees every session (a test earlier in the run
+    may have restarted the server under the shared one)."""
+    conn = connections.create_connection("owner")
+    yield conn
+    conn.close()
+
+
+def last_statement_of(owner, pid: int) -> str:
+    with owner.cursor() as cursor:
         cursor.execute("SELECT query FROM pg_stat_activity WHERE pid = %s", [pid])
         return cursor.fetchone()[0]
 
 
-def test_an_idle_healthy_connection_is_checked_without_a_statement(own_connection):
+def test_an_idle_healthy_connection_is_checked_without_a_statement(own_connection, owner):
     with own_connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid() AS marker")
         pid = cursor.fetchone()[0]
     own_connection.health_check_done = False
     own_connection.close_if_health_check_failed()
     assert own_connection.connection is not None
-    assert "marker" in last_statement_of(pid), "the check sent a statement"
+    assert "marker" in last_statement_of(owner, pid), "the check sent a statement"
 
 
-def test_a_connection_the_server_closed_is_replaced_before_the_next_query(own_connection):
+def test_a_connection_the_server_closed_is_replaced_before_the_next_query(own_connection, owner):
     with own_connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         pid = cursor.fetchone()[0]
-    with connections["owner"].cursor() as cursor:
+    with owner.cursor() as cursor:
         cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:  # the server's FATAL notice reaches the socket
-        with connections["owner"].cursor() as cursor:
+        with owner.cursor() as cursor:
             cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pid])
             if cursor.fetchone()[0] == 0:
                 break
