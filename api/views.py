@@ -17,7 +17,7 @@ from rest_framework.decorators import api_view, parser_classes
 from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
 
-from approvals import services as approvals
+import approvals.services
 from approvals.models import RequestState
 from approvals.selectors import (
     approval_for,
@@ -759,7 +759,7 @@ def approvals_collection(request):
         errors["tool"] = [f"No tool named {fields['tool']!r} in this tenant."]
     if errors:
         raise ValidationFailed("Unknown names in the binding.", errors)
-    approval = approvals.approval_grant(
+    approval = approvals.services.approval_grant(
         tenant=caller.tenant,
         principal=principal,
         tool=tool,
@@ -793,7 +793,7 @@ def approval_revoke(request, pk):
     caller = require_operator(request, Role.APPROVER)
     approval = approval_for(caller, pk)
     fields = valid(s.ReasonIn, body_object(request) if request.body else {"reason": "revoked"})
-    approvals.approval_revoke(approval, actor=caller.actor, reason=fields["reason"])
+    approvals.services.approval_revoke(approval, actor=caller.actor, reason=fields["reason"])
     return Response(present.approval_dict(approval_for(caller, pk)))
 
 

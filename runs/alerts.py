@@ -25,7 +25,7 @@ from core import notifications as n
 from core.models import Tenant
 
 from .models import Action
-from .states import ActionState as S
+from .states import ActionState
 from .wakeup import wake_workers
 
 
@@ -150,7 +150,9 @@ def _unknown_overdue(now) -> int:
         # `updated_at` is when the action last changed state: reads that keep failing do
         # not touch it, so it says since when the action has been unknown.
         due = (
-            Action.objects.filter(tenant=tenant, state=S.UNKNOWN, updated_at__lte=now - limit)
+            Action.objects.filter(
+                tenant=tenant, state=ActionState.UNKNOWN, updated_at__lte=now - limit
+            )
             .exclude(pk__in=n.already_fired(kind, tenant.pk))
             .select_related("tool", "principal", "tenant")
             .order_by("updated_at")[:SWEEP_LIMIT]

@@ -36,8 +36,7 @@ from ledger.models import LedgerEntry
 
 from . import dispatch, selectors, services
 from .models import Action, ForceReplayRequest, ForceRequestState, Reconciliation, Run
-from .states import ActionState as S
-from .states import RunStatus
+from .states import ActionState, RunStatus
 
 BULK_MAX_ITEMS = 50
 OPERATIONS = {
@@ -178,7 +177,7 @@ def bulk_plan(
         raise ValidationFailed("Unknown operation.", {"operation": ["resolve, recheck or replay."]})
     reason = (reason or "").strip()
     if operation == "resolve":
-        if outcome not in {S.SUCCEEDED, S.FAILED}:
+        if outcome not in {ActionState.SUCCEEDED, ActionState.FAILED}:
             raise ValidationFailed("Choose an outcome.", {"outcome": ["succeeded or failed."]})
         if not reason:
             raise ValidationFailed("A reason is required.", {"reason": ["Say why."]})
@@ -254,7 +253,7 @@ def _plan_actions(operation, wanted, tenant_ids, can, user, outcome, now) -> lis
             "",
         )
         items.append(item)
-        if action.state not in {S.UNKNOWN, S.NEEDS_HUMAN}:
+        if action.state not in {ActionState.UNKNOWN, ActionState.NEEDS_HUMAN}:
             item.why = (
                 f"It is {action.get_state_display().lower()}: only an unknown or needs-human "
                 f"action can be {'resolved' if operation == 'resolve' else 're-checked'}."

@@ -36,7 +36,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from approvals import services as approvals
+from approvals.services import approval_consume
 from core import metrics, notifications, otel, rows
 from core.audit import DISPATCHER, RECONCILER, SWEEPER, Actor, Verb, audit, request_id_var
 from core.errors import StateConflict
@@ -62,7 +62,6 @@ from .states import (
     Resolution,
     Verdict,
 )
-from .states import ActionState as S
 from .wakeup import wake_workers, wakeup_taken
 
 logger = logging.getLogger(__name__)
@@ -232,7 +231,7 @@ FOR UPDATE SKIP LOCKED
 def _lock_due(state: str, limit: int, only=None, now=None) -> list:
     """Lock up to `limit` due rows in `state` (inside the caller's transaction)."""
     due, order = "", "created_at"
-    if state == S.UNKNOWN:
+    if state == ActionState.UNKNOWN:
         due, order = "AND a.next_reconcile_at <= %(now)s", "next_reconcile_at"
     params = {"state": state, "limit": limit, "now": now}
     if only is not None:
@@ -252,7 +251,7 @@ def claim_batch(limit: int, *, only=None, actor: Actor = DISPATCHER) -> list[tup
     dispatched. Returns [(action, attempt)], oldest first.
     """
     with transaction.atomic():
-        ids = _lock_due(S.QUEUED, limit, only)
+        ids = _lock_due(ActionState.QUEUED, limit, only)
         if not ids:
             return []
         actions = sorted(
@@ -262,7 +261,7 @@ def claim_batch(limit: int, *, only=None, actor: Actor = DISPATCHER) -> list[tup
         ready, blocked = [], defaultdict(list)
         for action in actions:
             if action.approval_id is not None:
-                reason = approvals.approval_consume(
+                reason = approval_consume(
                     action.approval_id,
                     action_id=action.pk,
                     actor=actor,
@@ -277,7 +276,7 @@ def claim_batch(limit: int, *, only=None, actor: Actor = DISPATCHER) -> list[tup
                     continue
             ready.append(action)
         for reason, group in blocked.items():
-            actions_move_batch(group, S.BLOCKED, actor=actor, block_reason=reason)
+            actions_move_batch(group, ActionState.BLOCKED, actor=actor, block_reason=reason)
         now = timezone.now()
         by_lease = defaultdict(list)
         for action in ready:
@@ -285,7 +284,7 @@ def claim_batch(limit: int, *, only=None, actor: Actor = DISPATCHER) -> list[tup
         moved = []
         for lease, group in by_lease.items():
             moved += actions_move_batch(
-                group, S.DISPATCHING, actor=actor, lease_expires_at=now + lease
+                group, ActionState.DISPATCHING, actor=actor, lease_expires_at=now + lease
             )
         # Rows are locked by us, so every ready action moved; sorted back to oldest first.
         moved.sort(key=lambda a: (a.created_at, str(a.pk)))
@@ -327,7 +326,7 @@ def _retry_attempt(action: Action, number: int) -> Attempt | None:
     """Open the safe retry, only while the action is still ours and dispatching."""
     with transaction.atomic():
         current = Action.objects.select_for_update(no_key=True).get(pk=action.pk)
-        if current.state != S.DISPATCHING:
+        if current.state != ActionState.DISPATCHING:
             return None
         return Attempt.objects.create(
             action=action, number=number, started_at=timezone.now(), kind=AttemptKind.SAFE_RETRY
@@ -335,17 +334,20 @@ def _retry_attempt(action: Action, number: int) -> Attempt | None:
 
 
 SETTLE = {
-    AttemptOutcome.APPLIED: (S.SUCCEEDED, {"resolution": Resolution.APPLIED}),
-    AttemptOutcome.VERSION_CONFLICT: (S.FAILED, {"failure_reason": FailureReason.VERSION_CONFLICT}),
-    AttemptOutcome.REJECTED: (S.FAILED, {"failure_reason": FailureReason.REJECTED}),
-    AttemptOutcome.NOT_SENT: (S.FAILED, {"failure_reason": FailureReason.NOT_SENT}),
-    AttemptOutcome.UNKNOWN: (S.UNKNOWN, {}),
+    AttemptOutcome.APPLIED: (ActionState.SUCCEEDED, {"resolution": Resolution.APPLIED}),
+    AttemptOutcome.VERSION_CONFLICT: (
+        ActionState.FAILED,
+        {"failure_reason": FailureReason.VERSION_CONFLICT},
+    ),
+    AttemptOutcome.REJECTED: (ActionState.FAILED, {"failure_reason": FailureReason.REJECTED}),
+    AttemptOutcome.NOT_SENT: (ActionState.FAILED, {"failure_reason": FailureReason.NOT_SENT}),
+    AttemptOutcome.UNKNOWN: (ActionState.UNKNOWN, {}),
 }
 
 
 # A resend follows an unknown outcome: its own "never sent" proves nothing about the earlier
 # attempt, so it leaves the action unknown (for the next resend, or a person), never failed.
-RESEND_SETTLE = {**SETTLE, AttemptOutcome.NOT_SENT: (S.UNKNOWN, {})}
+RESEND_SETTLE = {**SETTLE, AttemptOutcome.NOT_SENT: (ActionState.UNKNOWN, {})}
 
 
 def _settle(
@@ -370,16 +372,16 @@ def _settle(
         reason=why,
         **fields,
     ):
-        if target == S.UNKNOWN:
+        if target == ActionState.UNKNOWN:
             wake_workers()  # its reconciliation is due now
         return
     # The sweeper wrote the worker off (lease expired) before the answer came.
     with transaction.atomic():
         _close_attempt(attempt, result)
         current = Action.objects.filter(pk=action.pk).values_list("state", flat=True).first()
-        if current == S.UNKNOWN and target in {S.SUCCEEDED, S.FAILED}:
+        if current == ActionState.UNKNOWN and target in {ActionState.SUCCEEDED, ActionState.FAILED}:
             # ... but the tool did answer, definitively.
-            action.state = S.UNKNOWN
+            action.state = ActionState.UNKNOWN
             action_move(
                 action,
                 target,
@@ -458,7 +460,7 @@ def claim_reconcile_batch(limit: int, *, only=None) -> list:
     the same action meanwhile (invariant 6). Returns their ids."""
     now = timezone.now()
     with transaction.atomic():
-        ids = _lock_due(S.UNKNOWN, limit, only, now=now)
+        ids = _lock_due(ActionState.UNKNOWN, limit, only, now=now)
         if not ids:
             return []
         with connection.cursor() as cursor:
@@ -570,7 +572,7 @@ def lookup_effect(action: Action) -> Lookup:
 
 def _resend_allowed(action: Action) -> bool:
     """An unknown action whose tool's declaration allows a resend, with some left."""
-    if action.state != S.UNKNOWN or action.tool.effect not in RESEND_EFFECTS:
+    if action.state != ActionState.UNKNOWN or action.tool.effect not in RESEND_EFFECTS:
         return False
     done = Attempt.objects.filter(action_id=action.pk, kind=AttemptKind.RESEND).count()
     return done < settings.IDEMPOTENT_RESEND_LIMIT
@@ -600,15 +602,17 @@ def _reconcile_declared(action: Action, *, actor: Actor, manual: bool = False) -
         found = lookup_effect(action)
         action = _record_lookup(action, found, actor=actor)
         if found.verdict == Verdict.LOOKUP_APPLIED or action.state not in {
-            S.UNKNOWN,
-            S.NEEDS_HUMAN,
+            ActionState.UNKNOWN,
+            ActionState.NEEDS_HUMAN,
         }:
             return action
     if not manual and _resend_allowed(action):
         due = _resend_due_at(action)
         if due > timezone.now():
             # Claimed again at `due`, like any read: the database is the queue.
-            Action.objects.filter(pk=action.pk, state=S.UNKNOWN).update(next_reconcile_at=due)
+            Action.objects.filter(pk=action.pk, state=ActionState.UNKNOWN).update(
+                next_reconcile_at=due
+            )
             return Action.objects.get(pk=action.pk)
         return _resend(action, actor=DISPATCHER)
     return _reconcile(action, actor=actor, lookup=found, resend_pending=_resend_allowed(action))
@@ -644,10 +648,10 @@ def _record_lookup(action: Action, found: Lookup, *, actor: Actor) -> Action:
         )
         if found.verdict != Verdict.LOOKUP_APPLIED:
             return locked  # the state read (or a resend) comes next, and says the rest
-        if locked.state == S.UNKNOWN:
+        if locked.state == ActionState.UNKNOWN:
             action_move(
                 locked,
-                S.SUCCEEDED,
+                ActionState.SUCCEEDED,
                 actor=actor,
                 reason=f"the tool reports it applied key {locked.idempotency_key} "
                 "(lookup; declared lookup: true)",
@@ -714,7 +718,7 @@ def _reconcile(
             detail=read.detail,
             actor=actor.as_dict(),
         )
-        if action.state != S.UNKNOWN:
+        if action.state != ActionState.UNKNOWN:
             audit(
                 actor=actor,
                 verb=Verb.ACTION_RECHECK,
@@ -726,7 +730,7 @@ def _reconcile(
         if verdict == Verdict.MATCH:
             action_move(
                 action,
-                S.SUCCEEDED,
+                ActionState.SUCCEEDED,
                 actor=actor,
                 reason="authoritative state matches the desired state and version",
                 resolution=Resolution.RECONCILED,
@@ -741,8 +745,8 @@ def _reconcile(
                 actor=actor,
                 verb=Verb.ACTION_RECONCILE_FAILED,
                 obj=action,
-                before={"state": S.UNKNOWN},
-                after={"state": S.UNKNOWN, "reconcile_failures": failures},
+                before={"state": ActionState.UNKNOWN},
+                after={"state": ActionState.UNKNOWN, "reconcile_failures": failures},
                 reason=read.detail,
             )
         elif resend_pending:
@@ -757,7 +761,9 @@ def _reconcile(
             }[verdict]
             if lookup is not None and lookup.verdict == Verdict.LOOKUP_NOT_FOUND:
                 why += f"; {lookup.detail}"
-            action_move(action, S.NEEDS_HUMAN, actor=actor, reason=why, next_reconcile_at=None)
+            action_move(
+                action, ActionState.NEEDS_HUMAN, actor=actor, reason=why, next_reconcile_at=None
+            )
         action.refresh_from_db()
     return action
 
@@ -769,14 +775,14 @@ def expire_leases(*, actor: Actor = SWEEPER, limit: int = 500) -> list:
     """dispatching past its lease → unknown (worker killed, machine lost), to reconcile."""
     now = timezone.now()
     moved = []
-    ids = Action.objects.filter(state=S.DISPATCHING, lease_expires_at__lt=now).values_list(
-        "pk", flat=True
-    )[:limit]
+    ids = Action.objects.filter(
+        state=ActionState.DISPATCHING, lease_expires_at__lt=now
+    ).values_list("pk", flat=True)[:limit]
     for action_id in ids:
         with transaction.atomic():
             action = (
                 Action.objects.select_for_update(no_key=True, skip_locked=True)
-                .filter(pk=action_id, state=S.DISPATCHING, lease_expires_at__lt=now)
+                .filter(pk=action_id, state=ActionState.DISPATCHING, lease_expires_at__lt=now)
                 .first()
             )
             if action is None:
@@ -789,7 +795,7 @@ def expire_leases(*, actor: Actor = SWEEPER, limit: int = 500) -> list:
             )
             action_move(
                 action,
-                S.UNKNOWN,
+                ActionState.UNKNOWN,
                 actor=actor,
                 reason="dispatch lease expired: the worker died or hung; the call may have "
                 "reached the tool",

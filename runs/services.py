@@ -15,8 +15,14 @@ from django.db import connection, transaction
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
-from approvals import services as approvals
 from approvals.models import Approval, ApprovalRequest, RequestState
+from approvals.services import (
+    approval_grant,
+    approval_problem,
+    approval_request_close,
+    approval_request_lock_pending,
+    approval_request_open,
+)
 from core import rows
 from core.audit import (
     Actor,
@@ -70,6 +76,7 @@ from .states import (
     IN_PROGRESS,
     RESOLVABLE,
     RUN,
+    ActionState,
     AttemptKind,
     BlockReason,
     Resolution,
@@ -77,18 +84,17 @@ from .states import (
     check_declared_move,
     check_move,
 )
-from .states import ActionState as S
 from .wakeup import wake_workers
 
 LEDGER_STATUS_FOR = {
-    S.AWAITING_APPROVAL: LedgerStatus.RESERVED,
-    S.QUEUED: LedgerStatus.RESERVED,
-    S.DISPATCHING: LedgerStatus.IN_FLIGHT,
-    S.SUCCEEDED: LedgerStatus.APPLIED,
-    S.FAILED: LedgerStatus.FAILED,
-    S.UNKNOWN: LedgerStatus.UNKNOWN,
-    S.NEEDS_HUMAN: LedgerStatus.UNKNOWN,
-    S.BLOCKED: LedgerStatus.VOID,
+    ActionState.AWAITING_APPROVAL: LedgerStatus.RESERVED,
+    ActionState.QUEUED: LedgerStatus.RESERVED,
+    ActionState.DISPATCHING: LedgerStatus.IN_FLIGHT,
+    ActionState.SUCCEEDED: LedgerStatus.APPLIED,
+    ActionState.FAILED: LedgerStatus.FAILED,
+    ActionState.UNKNOWN: LedgerStatus.UNKNOWN,
+    ActionState.NEEDS_HUMAN: LedgerStatus.UNKNOWN,
+    ActionState.BLOCKED: LedgerStatus.VOID,
 }
 
 
@@ -162,7 +168,7 @@ def action_move(
         )
     if to not in IN_PROGRESS:
         notify_settled([action.pk])
-    if to == S.NEEDS_HUMAN:
+    if to == ActionState.NEEDS_HUMAN:
         alerts.notify_needs_human(action, why=reason)  # in this transaction, like the audit
     return True
 
@@ -224,10 +230,10 @@ def action_settle_dispatch(
     """dispatching → `to`, with the attempt closed, in one statement. False when the action
     is no longer dispatching (or its attempt was already closed by the sweeper): nothing
     was written, and the caller records the late answer its own way."""
-    check_move(S.DISPATCHING, to)
-    LEDGER.check(LEDGER_STATUS_FOR[S.DISPATCHING], LEDGER_STATUS_FOR[to])
+    check_move(ActionState.DISPATCHING, to)
+    LEDGER.check(LEDGER_STATUS_FOR[ActionState.DISPATCHING], LEDGER_STATUS_FOR[to])
     now = timezone.now()
-    next_reconcile_at = now if to == S.UNKNOWN else None
+    next_reconcile_at = now if to == ActionState.UNKNOWN else None
     with connection.cursor() as cursor:
         cursor.execute(
             SETTLE_SQL,
@@ -247,7 +253,7 @@ def action_settle_dispatch(
                 "actor_kind": actor.kind,
                 "actor_name": actor.name,
                 "verb": verb_for_state("action", to),
-                "before": Jsonb({"state": S.DISPATCHING}),
+                "before": Jsonb({"state": ActionState.DISPATCHING}),
                 "after": Jsonb(_after(to, fields)),
                 "reason": reason,
                 "request_id": request_id_var.get(),
@@ -665,7 +671,13 @@ def _propose_queued(
         action_id=action_id,
     )
     action = _new_action(
-        action_id, run=run, entry=entry, state=S.QUEUED, approval_id=None, reason=reason, **binding
+        action_id,
+        run=run,
+        entry=entry,
+        state=ActionState.QUEUED,
+        approval_id=None,
+        reason=reason,
+        **binding,
     )
     reserved, proposed = _proposal_events(entry, action, actor=actor)
     params["action_row"] = rows.record(action)
@@ -714,11 +726,11 @@ def _read_action_create(
         "expected_version": expected_version,
     }
     action_id = uuid.uuid4()
-    state, block_reason = S.QUEUED, ""
+    state, block_reason = ActionState.QUEUED, ""
     if approval_id is not None:
         approval = Approval.objects.filter(pk=approval_id, tenant=run.tenant).first()
-        if problem := approvals.approval_problem(approval, **binding):
-            state, block_reason = S.BLOCKED, problem
+        if problem := approval_problem(approval, **binding):
+            state, block_reason = ActionState.BLOCKED, problem
     with transaction.atomic():
         action = Action.objects.create(
             id=action_id,
@@ -731,7 +743,7 @@ def _read_action_create(
             state=state,
             block_reason=block_reason,
             approval_id=approval_id,
-            enqueued_at=timezone.now() if state == S.QUEUED else None,
+            enqueued_at=timezone.now() if state == ActionState.QUEUED else None,
             request_id=request_id_var.get(),
             reason=reason,
             **binding,
@@ -751,7 +763,7 @@ def _read_action_create(
                 "declaration": tool.declaration,
             },
         )
-        if state == S.QUEUED:
+        if state == ActionState.QUEUED:
             enqueue_dispatch()
     return action
 
@@ -798,7 +810,7 @@ def _new_action(
         state=state,
         block_reason=block_reason,
         approval_id=approval_id,
-        enqueued_at=timezone.now() if state == S.QUEUED else None,
+        enqueued_at=timezone.now() if state == ActionState.QUEUED else None,
         request_id=request_id_var.get(),
         reason=reason,
         principal=principal,
@@ -853,13 +865,13 @@ def _create_action(
         "desired_state": desired_state,
         "expected_version": expected_version,
     }
-    state, block_reason = S.QUEUED, ""
+    state, block_reason = ActionState.QUEUED, ""
     if approval_id is not None:
         approval = Approval.objects.filter(pk=approval_id, tenant=run.tenant).first()
-        if problem := approvals.approval_problem(approval, **binding):
-            state, block_reason = S.BLOCKED, problem
+        if problem := approval_problem(approval, **binding):
+            state, block_reason = ActionState.BLOCKED, problem
     elif tool.requires_approval:
-        state = S.AWAITING_APPROVAL
+        state = ActionState.AWAITING_APPROVAL
     action = _new_action(
         action_id,
         run=run,
@@ -871,8 +883,8 @@ def _create_action(
         **binding,
     )
     action.save(force_insert=True)
-    if state == S.AWAITING_APPROVAL:
-        request = approvals.approval_request_open(
+    if state == ActionState.AWAITING_APPROVAL:
+        request = approval_request_open(
             tenant=run.tenant, action_id=action.id, actor=actor, **binding
         )
         action.approval_request = request
@@ -880,9 +892,9 @@ def _create_action(
         alerts.notify_approval_requested(request, action)
     # The ledger's reservation and the proposal, audited in one INSERT.
     rows.insert_many(AuditEvent, _proposal_events(entry, action, actor=actor))
-    if state == S.BLOCKED:
+    if state == ActionState.BLOCKED:
         ledger_set_status(entry.pk, LedgerStatus.VOID, source=LedgerStatus.RESERVED)
-    if state == S.QUEUED:
+    if state == ActionState.QUEUED:
         enqueue_dispatch()
     return action
 
@@ -892,14 +904,14 @@ def approval_request_grant(request: ApprovalRequest, *, ttl_seconds: float, acto
     action moves to the queue holding it (consumed later, at claim). Approvers only."""
     actor.require(Role.APPROVER)
     with transaction.atomic():
-        request = approvals.approval_request_lock_pending(request.pk)
+        request = approval_request_lock_pending(request.pk)
         action = Action.objects.select_for_update(no_key=True).get(pk=request.action_id)
-        if action.state != S.AWAITING_APPROVAL:
+        if action.state != ActionState.AWAITING_APPROVAL:
             raise StateConflict(
                 f"The action is no longer waiting for approval; it is {action.state}."
             )
-        approvals.approval_request_close(request, state=RequestState.GRANTED, actor=actor)
-        approval = approvals.approval_grant(
+        approval_request_close(request, state=RequestState.GRANTED, actor=actor)
+        approval = approval_grant(
             tenant=request.tenant,
             principal=request.principal,
             tool=request.tool,
@@ -911,7 +923,11 @@ def approval_request_grant(request: ApprovalRequest, *, ttl_seconds: float, acto
             request=request,
         )
         action_move(
-            action, S.QUEUED, actor=actor, approval_id=approval.pk, enqueued_at=timezone.now()
+            action,
+            ActionState.QUEUED,
+            actor=actor,
+            approval_id=approval.pk,
+            enqueued_at=timezone.now(),
         )
         enqueue_dispatch()
     return approval
@@ -925,15 +941,13 @@ def approval_request_deny(
     actor.require(Role.APPROVER)
     reason = reason_required(reason)
     with transaction.atomic():
-        request = approvals.approval_request_lock_pending(request.pk)
+        request = approval_request_lock_pending(request.pk)
         action = Action.objects.select_for_update(no_key=True).get(pk=request.action_id)
-        approvals.approval_request_close(
-            request, state=RequestState.DENIED, actor=actor, reason=reason
-        )
-        if action.state == S.AWAITING_APPROVAL:
+        approval_request_close(request, state=RequestState.DENIED, actor=actor, reason=reason)
+        if action.state == ActionState.AWAITING_APPROVAL:
             action_move(
                 action,
-                S.BLOCKED,
+                ActionState.BLOCKED,
                 actor=actor,
                 reason=reason,
                 block_reason=BlockReason.APPROVAL_DENIED,
@@ -956,12 +970,12 @@ def approval_requests_expire(*, actor: Actor, limit: int = 200) -> int:
             )
             if request is None:
                 continue
-            approvals.approval_request_close(request, state=RequestState.EXPIRED, actor=actor)
+            approval_request_close(request, state=RequestState.EXPIRED, actor=actor)
             action = Action.objects.select_for_update(no_key=True).get(pk=request.action_id)
-            if action.state == S.AWAITING_APPROVAL:
+            if action.state == ActionState.AWAITING_APPROVAL:
                 action_move(
                     action,
-                    S.BLOCKED,
+                    ActionState.BLOCKED,
                     actor=actor,
                     block_reason=BlockReason.APPROVAL_EXPIRED,
                     reason="No decision before the approval request expired.",
@@ -983,7 +997,7 @@ def action_resolve(
     """
     actor.require(Role.ONCALL)
     reason = reason_required(reason)
-    if outcome not in {S.SUCCEEDED, S.FAILED}:
+    if outcome not in {ActionState.SUCCEEDED, ActionState.FAILED}:
         raise StateConflict("outcome must be succeeded or failed.")
     with transaction.atomic():
         action = Action.objects.select_for_update(no_key=True).get(pk=action.pk)
@@ -1031,11 +1045,11 @@ def action_acknowledge(action: Action, *, note: str = "", actor: Actor) -> Actio
     now = timezone.now()
     with transaction.atomic():
         updated = Action.objects.filter(
-            pk=action.pk, state=S.BLOCKED, acknowledged_at__isnull=True
+            pk=action.pk, state=ActionState.BLOCKED, acknowledged_at__isnull=True
         ).update(acknowledged_at=now, acknowledged_by=actor.as_dict(), acknowledge_note=note)
         action = Action.objects.get(pk=action.pk)
         if updated != 1:
-            if action.state != S.BLOCKED:
+            if action.state != ActionState.BLOCKED:
                 raise StateConflict(
                     f"Only a blocked action can be acknowledged; this one is {action.state}."
                 )
@@ -1047,8 +1061,8 @@ def action_acknowledge(action: Action, *, note: str = "", actor: Actor) -> Actio
             actor=actor,
             verb=Verb.ACTION_ACKNOWLEDGE,
             obj=action,
-            before={"state": S.BLOCKED, "acknowledged": False},
-            after={"state": S.BLOCKED, "acknowledged": True},
+            before={"state": ActionState.BLOCKED, "acknowledged": False},
+            after={"state": ActionState.BLOCKED, "acknowledged": True},
             reason=note,
         )
     return action
@@ -1163,7 +1177,7 @@ def action_resend_start(action: Action, *, actor: Actor):
         who = declared_by or {}
         moved = action_move(
             action,
-            S.DISPATCHING,
+            ActionState.DISPATCHING,
             actor=actor,
             reason=f"resent with the same Idempotency-Key: {action.tool.name} is declared "
             f"{effect} ({ACTION_RESENDS[effect]}; declared by "

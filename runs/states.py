@@ -29,18 +29,16 @@ class ActionState(models.TextChoices):
     BLOCKED = "blocked"
 
 
-S = ActionState
-
 TRANSITIONS: dict[str, set[str]] = {
-    S.AWAITING_APPROVAL: {S.QUEUED, S.BLOCKED},
-    S.QUEUED: {S.DISPATCHING, S.BLOCKED},
-    S.DISPATCHING: {S.SUCCEEDED, S.FAILED, S.UNKNOWN},
+    ActionState.AWAITING_APPROVAL: {ActionState.QUEUED, ActionState.BLOCKED},
+    ActionState.QUEUED: {ActionState.DISPATCHING, ActionState.BLOCKED},
+    ActionState.DISPATCHING: {ActionState.SUCCEEDED, ActionState.FAILED, ActionState.UNKNOWN},
     # A late, definitive answer may still settle an action the sweeper declared unknown.
-    S.UNKNOWN: {S.SUCCEEDED, S.FAILED, S.NEEDS_HUMAN},
-    S.NEEDS_HUMAN: {S.SUCCEEDED, S.FAILED},
-    S.SUCCEEDED: set(),
-    S.FAILED: set(),
-    S.BLOCKED: set(),
+    ActionState.UNKNOWN: {ActionState.SUCCEEDED, ActionState.FAILED, ActionState.NEEDS_HUMAN},
+    ActionState.NEEDS_HUMAN: {ActionState.SUCCEEDED, ActionState.FAILED},
+    ActionState.SUCCEEDED: set(),
+    ActionState.FAILED: set(),
+    ActionState.BLOCKED: set(),
 }
 
 ACTION = Machine("An action", ActionState, TRANSITIONS)
@@ -52,27 +50,44 @@ ACTION = Machine("An action", ActionState, TRANSITIONS)
 # `unsafe` tool is never re-sent past the boundary (invariant 2). Moved only by
 # `runs.services.action_move(..., declared=effect)`, from `action_resend_start`.
 DECLARED_MOVES: dict[tuple[str, str], set[str]] = {
-    (S.UNKNOWN, S.DISPATCHING): {"idempotent", "read_only"},
+    (ActionState.UNKNOWN, ActionState.DISPATCHING): {"idempotent", "read_only"},
 }
-RESEND_EFFECTS = DECLARED_MOVES[(S.UNKNOWN, S.DISPATCHING)]
+RESEND_EFFECTS = DECLARED_MOVES[(ActionState.UNKNOWN, ActionState.DISPATCHING)]
 
 TERMINAL = set(ACTION.terminal)
-PAST_BOUNDARY = {S.DISPATCHING, S.UNKNOWN, S.NEEDS_HUMAN}
+PAST_BOUNDARY = {ActionState.DISPATCHING, ActionState.UNKNOWN, ActionState.NEEDS_HUMAN}
 # What a person may re-check (re-read) and resolve: an outcome Takeover could not prove.
-RESOLVABLE = {S.UNKNOWN, S.NEEDS_HUMAN}
-OPEN_FOR_HUMANS = [S.UNKNOWN, S.NEEDS_HUMAN, S.BLOCKED, S.AWAITING_APPROVAL]
-IN_PROGRESS = {S.QUEUED, S.DISPATCHING, S.UNKNOWN}  # what `?wait=` waits through
+RESOLVABLE = {ActionState.UNKNOWN, ActionState.NEEDS_HUMAN}
+OPEN_FOR_HUMANS = [
+    ActionState.UNKNOWN,
+    ActionState.NEEDS_HUMAN,
+    ActionState.BLOCKED,
+    ActionState.AWAITING_APPROVAL,
+]
+IN_PROGRESS = {
+    ActionState.QUEUED,
+    ActionState.DISPATCHING,
+    ActionState.UNKNOWN,
+}  # what `?wait=` waits through
 # Not settled yet (every non-terminal state), in a fixed order: the metrics gauges.
-UNSETTLED = [S.AWAITING_APPROVAL, S.QUEUED, S.DISPATCHING, S.UNKNOWN, S.NEEDS_HUMAN]
+UNSETTLED = [
+    ActionState.AWAITING_APPROVAL,
+    ActionState.QUEUED,
+    ActionState.DISPATCHING,
+    ActionState.UNKNOWN,
+    ActionState.NEEDS_HUMAN,
+]
 
 
 def _check_table():
     assert set(TRANSITIONS) == set(ActionState.values), "every state needs a row"
     assert set(UNSETTLED) == set(ActionState.values) - TERMINAL
     for source in PAST_BOUNDARY:
-        assert S.QUEUED not in TRANSITIONS[source], f"{source} must never go back to queued"
+        assert ActionState.QUEUED not in TRANSITIONS[source], (
+            f"{source} must never go back to queued"
+        )
     for (source, target), effects in DECLARED_MOVES.items():
-        assert target != S.QUEUED, "a declaration never puts an action back in the queue"
+        assert target != ActionState.QUEUED, "a declaration never puts an action back in the queue"
         assert target not in TRANSITIONS[source], "a declared move is not an ordinary one"
         assert "unsafe" not in effects, "an unsafe tool is never re-sent past the boundary"
 

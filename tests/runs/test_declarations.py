@@ -450,16 +450,24 @@ def test_a_person_rechecking_reads_but_never_sends(w, billing_server):
 
 def test_unsafe_never_moves_back_past_the_boundary_by_table():
     from core.errors import IllegalTransition
-    from runs.states import DECLARED_MOVES, TRANSITIONS, check_declared_move, check_move
-    from runs.states import ActionState as S
+    from runs.states import (
+        DECLARED_MOVES,
+        TRANSITIONS,
+        ActionState,
+        check_declared_move,
+        check_move,
+    )
 
     with pytest.raises(IllegalTransition):
-        check_move(S.UNKNOWN, S.DISPATCHING)  # not an ordinary move
+        check_move(ActionState.UNKNOWN, ActionState.DISPATCHING)  # not an ordinary move
     with pytest.raises(IllegalTransition):
-        check_declared_move(S.UNKNOWN, S.DISPATCHING, effect="unsafe")
-    check_declared_move(S.UNKNOWN, S.DISPATCHING, effect="idempotent")
-    assert all(target != S.QUEUED for _, target in DECLARED_MOVES)
-    assert all(S.QUEUED not in TRANSITIONS[s] for s in (S.DISPATCHING, S.UNKNOWN))
+        check_declared_move(ActionState.UNKNOWN, ActionState.DISPATCHING, effect="unsafe")
+    check_declared_move(ActionState.UNKNOWN, ActionState.DISPATCHING, effect="idempotent")
+    assert all(target != ActionState.QUEUED for _, target in DECLARED_MOVES)
+    assert all(
+        ActionState.QUEUED not in TRANSITIONS[s]
+        for s in (ActionState.DISPATCHING, ActionState.UNKNOWN)
+    )
 
 
 def test_a_resend_is_refused_once_the_tool_is_declared_unsafe(w, billing_server):
