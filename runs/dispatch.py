@@ -209,7 +209,7 @@ def judge(action: Action, read: Read) -> tuple[str, list[dict]]:
 # (`action_queued` / `action_reconcile_due`); SKIP LOCKED lets any number of workers claim at
 # once, none waiting and none taking a row twice. Quirk: every tenant is probed, which is
 # cheap for hundreds of tenants; at many thousands, keep a table of tenants with work.
-FAIR_CLAIM = """
+FAIR_LEASE = """
 SELECT picked.id FROM core_tenant t
 CROSS JOIN LATERAL (
     SELECT a.id, a.{order} AS due FROM runs_action a
@@ -221,7 +221,7 @@ CROSS JOIN LATERAL (
 ORDER BY row_number() OVER (PARTITION BY t.id ORDER BY picked.due), picked.due
 LIMIT %(limit)s
 """
-CLAIM_BY_ID = """
+LEASE_BY_ID = """
 SELECT a.id FROM runs_action a
 WHERE a.id = ANY(%(only)s) AND a.state = %(state)s {due}
 FOR UPDATE SKIP LOCKED
@@ -235,18 +235,19 @@ def _lock_due(state: str, limit: int, only=None, now=None) -> list:
         due, order = "AND a.next_reconcile_at <= %(now)s", "next_reconcile_at"
     params = {"state": state, "limit": limit, "now": now}
     if only is not None:
-        sql = CLAIM_BY_ID.format(due=due)
+        sql = LEASE_BY_ID.format(due=due)
         params["only"] = [uuid.UUID(str(i)) for i in only]
     else:
-        sql = FAIR_CLAIM.format(order=order, due=due)
+        sql = FAIR_LEASE.format(order=order, due=due)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return [row[0] for row in cursor.fetchall()]
 
 
-def claim_batch(limit: int, *, only=None, actor: Actor = DISPATCHER) -> list[tuple]:
+def lease_queued(limit: int, *, only=None, actor: Actor = DISPATCHER) -> list[tuple]:
     """queued → dispatching for up to `limit` actions, in ONE transaction: their approvals
-    consumed, leases set, first attempts opened, audited. Committed before any byte goes out
+    consumed, leases set, first attempts opened, audited. (A runtime claims a run and an
+    operator claims an action; a worker leases.) Committed before any byte goes out
     (invariant 1). An action whose approval is no longer valid is blocked instead, never
     dispatched. Returns [(action, attempt)], oldest first.
     """
@@ -294,10 +295,10 @@ def claim_batch(limit: int, *, only=None, actor: Actor = DISPATCHER) -> list[tup
     return list(zip(moved, attempts, strict=True))
 
 
-def action_claim(action_id, *, actor: Actor = DISPATCHER) -> tuple[Action, Attempt] | None:
-    """Claim one queued action by id (an operator tool, and the tests); None if it is not
+def action_lease(action_id, *, actor: Actor = DISPATCHER) -> tuple[Action, Attempt] | None:
+    """Lease one queued action by id (an operator tool, and the tests); None if it is not
     queued or another worker holds it."""
-    claimed = claim_batch(1, only=[action_id], actor=actor)
+    claimed = lease_queued(1, only=[action_id], actor=actor)
     return claimed[0] if claimed else None
 
 
@@ -407,8 +408,8 @@ def action_log_context(action: Action, span: str):
         yield
 
 
-def dispatch_claimed(action: Action, attempt: Attempt, *, actor: Actor = DISPATCHER) -> None:
-    """Call the tool for a claimed action and settle it; at most once past the boundary."""
+def dispatch_leased(action: Action, attempt: Attempt, *, actor: Actor = DISPATCHER) -> None:
+    """Call the tool for a leased action and settle it; at most once past the boundary."""
     claimed_at = attempt.started_at
     with action_log_context(action, "takeover.dispatch"):
         not_sent = 0
@@ -438,10 +439,10 @@ def dispatch_claimed(action: Action, attempt: Attempt, *, actor: Actor = DISPATC
 
 def action_dispatch(action_id, *, actor: Actor = DISPATCHER) -> Action | None:
     """Claim and dispatch one queued action, in this thread (operator tools and tests)."""
-    claimed = action_claim(action_id, actor=actor)
+    claimed = action_lease(action_id, actor=actor)
     if claimed is None:
         return None
-    dispatch_claimed(*claimed, actor=actor)
+    dispatch_leased(*claimed, actor=actor)
     return Action.objects.get(pk=action_id)
 
 
@@ -454,7 +455,7 @@ def _backoff(failures: int) -> timedelta:
     )
 
 
-def claim_reconcile_batch(limit: int, *, only=None) -> list:
+def lease_unknown(limit: int, *, only=None) -> list:
     """Lease up to `limit` due unknowns for reading: `next_reconcile_at` is pushed past the
     longest the reads can take, in the claim's own transaction, so no second worker reads
     the same action meanwhile (invariant 6). Returns their ids."""
@@ -483,7 +484,7 @@ def claim_reconcile_batch(limit: int, *, only=None) -> list:
 def action_reconcile(action_id, *, actor: Actor = RECONCILER, manual: bool = False) -> Action:
     """Read the authoritative state and judge an unknown action by it (invariant 5).
 
-    Automatic runs lease the action first (`claim_reconcile_batch`), so two workers never
+    Automatic runs lease the action first (`lease_unknown`), so two workers never
     read it at once. An operator's re-check (`manual`) always reads, and may also re-read
     a needs_human action, which records what it saw but leaves the decision to the person;
     it needs the on-call role, and only an unknown or needs_human action can be re-checked
@@ -497,12 +498,12 @@ def action_reconcile(action_id, *, actor: Actor = RECONCILER, manual: bool = Fal
                 "Only an unknown or needs-human action can be re-checked; this one is "
                 f"{ActionState(state).label.lower() if state else 'gone'}."
             )
-    if not manual and not claim_reconcile_batch(1, only=[action_id]):
+    if not manual and not lease_unknown(1, only=[action_id]):
         return Action.objects.get(pk=action_id)
-    return reconcile_claimed(action_id, actor=actor, manual=manual)
+    return reconcile_leased(action_id, actor=actor, manual=manual)
 
 
-def reconcile_claimed(action_id, *, actor: Actor = RECONCILER, manual: bool = False) -> Action:
+def reconcile_leased(action_id, *, actor: Actor = RECONCILER, manual: bool = False) -> Action:
     action = Action.objects.select_related("tool", "tenant", "principal").get(pk=action_id)
     with action_log_context(action, "takeover.reconcile"):
         return _reconcile_declared(action, actor=actor, manual=manual)
@@ -892,8 +893,8 @@ def drain(*, max_seconds: float | None = None) -> int:
         if not held:
             continue
         try:
-            claimed = claim_batch(held)
-            due = claim_reconcile_batch(held - len(claimed)) if len(claimed) < held else []
+            claimed = lease_queued(held)
+            due = lease_unknown(held - len(claimed)) if len(claimed) < held else []
             # Notification deliveries take what the engine's own work left of the permits.
             sends = notifications.claim_deliveries(held - len(claimed) - len(due))
         except BaseException:
@@ -901,9 +902,9 @@ def drain(*, max_seconds: float | None = None) -> int:
             raise
         pool.release(held - len(claimed) - len(due) - len(sends))
         for action, attempt in claimed:
-            pool.submit(dispatch_claimed, action, attempt)
+            pool.submit(dispatch_leased, action, attempt)
         for action_id in due:
-            pool.submit(reconcile_claimed, action_id)
+            pool.submit(reconcile_leased, action_id)
         for delivery_id in sends:
             pool.submit(notifications.deliver_claimed, delivery_id)
         got = len(claimed) + len(due) + len(sends)

@@ -302,7 +302,7 @@ def test_a_burst_of_one_tenant_does_not_starve_another(live_db, downstream):
             .distinct()
             .count()
         )
-        claimed = dispatch.claim_batch(8 + others)
+        claimed = dispatch.lease_queued(8 + others)
         claimed_ids = {action.pk for action, _ in claimed}
         from_a = sum(1 for action, _ in claimed if action.tenant_id == a.pk)
         transaction.set_rollback(True)
