@@ -37,3 +37,15 @@ def write_problem(sock, status_int, reason, mesg):
 # gunicorn's workers call util.write_error by module attribute, so this takes effect in
 # every worker forked from a master that read this configuration.
 util.write_error = write_problem
+
+
+def post_worker_init(worker):
+    """Everything loaded by now (Django, the apps, the URL conf) lives as long as the
+    process: `gc.freeze()` takes it out of the cyclic collector's scans, and a larger first
+    generation makes collections rarer (a request allocates thousands of objects, almost
+    none of them in cycles)."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 20)
