@@ -605,9 +605,7 @@ def _action_propose(
             **intent,
         )
         if action is None:
-            # Lost the race for a new key: the winner's entry is committed and live now.
-            winner = ledger_live_entry(tenant, idempotency_key)
-            return _ledger_hit(winner.fingerprint, _action_of(winner), intent_fp, desired_state)
+            return _winners_hit(tenant, idempotency_key, intent_fp, desired_state)
         return action, True, False
     with transaction.atomic():
         entry = ledger_reserve(
@@ -620,8 +618,7 @@ def _action_propose(
             audit_later=True,
         )
         if entry is None:
-            winner = ledger_live_entry(tenant, idempotency_key)
-            return _ledger_hit(winner.fingerprint, _action_of(winner), intent_fp, desired_state)
+            return _winners_hit(tenant, idempotency_key, intent_fp, desired_state)
         action = _create_action(
             action_id,
             run=run,
@@ -770,6 +767,12 @@ def _read_action_create(
 
 def _action_of(entry) -> Action:
     return Action.objects.select_related("tool", "principal").get(pk=entry.action_id)
+
+
+def _winners_hit(tenant, key: str, intent_fp: str, desired_state: dict):
+    """Lost the race for a new key: the winner's entry is committed and live now."""
+    winner = ledger_live_entry(tenant, key)
+    return _ledger_hit(winner.fingerprint, _action_of(winner), intent_fp, desired_state)
 
 
 def _ledger_hit(fingerprint, existing: Action, intent_fp: str, desired_state: dict):
