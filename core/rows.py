@@ -35,10 +35,11 @@ def record(obj) -> Jsonb:
     %s)`: an INSERT composed into a bigger statement with one parameter per row, whose
     columns PostgreSQL types from the table itself. `pre_save` runs as in `Model.save()`
     (auto_now fields take the time)."""
-    return Jsonb(
-        {f.column: f.pre_save(obj, True) for f in obj._meta.concrete_fields},
-        dumps=_dumps,
-    )
+    return Jsonb(_row(obj, obj._meta.concrete_fields), dumps=_dumps)
+
+
+def _row(obj, fields) -> dict:
+    return {f.column: f.pre_save(obj, True) for f in fields}
 
 
 class _Encoder(DjangoJSONEncoder):
@@ -67,9 +68,7 @@ def insert_many(model, objs: list) -> list:
     serial = meta.pk.get_internal_type() in {"AutoField", "BigAutoField", "SmallAutoField"}
     fields = [f for f in meta.concrete_fields if not (serial and f.primary_key)]
     names = ", ".join(f.column for f in fields)
-    rows_param = Jsonb(
-        [{f.column: f.pre_save(obj, True) for f in fields} for obj in objs], dumps=_dumps
-    )
+    rows_param = Jsonb([_row(obj, fields) for obj in objs], dumps=_dumps)
     sql = (
         f"INSERT INTO {meta.db_table} ({names}) "  # noqa: S608 -- names from the model
         f"SELECT {names} FROM jsonb_populate_recordset(NULL::{meta.db_table}, %s)"

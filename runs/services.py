@@ -670,6 +670,8 @@ def _propose_queued(
     action = _new_action(
         action_id,
         run=run,
+        key=entry.key,
+        fingerprint=entry.fingerprint,
         entry=entry,
         state=ActionState.QUEUED,
         approval_id=None,
@@ -729,22 +731,19 @@ def _read_action_create(
         if problem := approval_problem(approval, **binding):
             state, block_reason = ActionState.BLOCKED, problem
     with transaction.atomic():
-        action = Action.objects.create(
-            id=action_id,
-            tenant=run.tenant,
+        action = _new_action(
+            action_id,
             run=run,
-            idempotency_key=key or f"read:{action_id}",
+            key=key or f"read:{action_id}",
             fingerprint=fingerprint,
-            ledger_entry=None,
-            effect=ToolEffect.READ_ONLY,
+            entry=None,
             state=state,
             block_reason=block_reason,
             approval_id=approval_id,
-            enqueued_at=timezone.now() if state == ActionState.QUEUED else None,
-            request_id=request_id_var.get(),
             reason=reason,
             **binding,
         )
+        action.save(force_insert=True)
         audit(
             actor=actor,
             verb=Verb.ACTION_PROPOSE,
@@ -790,6 +789,8 @@ def _new_action(
     action_id,
     *,
     run,
+    key,
+    fingerprint,
     entry,
     state,
     approval_id,
@@ -801,13 +802,13 @@ def _new_action(
     expected_version,
     block_reason="",
 ) -> Action:
-    """The proposal's action, unsaved."""
+    """The proposal's action, unsaved (`entry`: its ledger entry; None for a read)."""
     return Action(
         id=action_id,
         tenant=run.tenant,
         run=run,
-        idempotency_key=entry.key,
-        fingerprint=entry.fingerprint,
+        idempotency_key=key,
+        fingerprint=fingerprint,
         ledger_entry=entry,
         effect=tool.effect,
         state=state,
@@ -878,6 +879,8 @@ def _create_action(
     action = _new_action(
         action_id,
         run=run,
+        key=entry.key,
+        fingerprint=entry.fingerprint,
         entry=entry,
         state=state,
         block_reason=block_reason,
