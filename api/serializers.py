@@ -167,7 +167,8 @@ MAX_TOKEN_LIFETIME_SECONDS = 5 * 365 * 24 * 3600
 
 
 class TokenIn(serializers.Serializer):
-    """Exactly one owner: `principal` (a name in this tenant) or `operator` (a username)."""
+    """At most one owner: `principal` (a name in this tenant; admin), or `operator` (your own
+    username: nobody receives another person's secret); none: a token for yourself."""
 
     principal = StrictCharField(required=False, max_length=100)
     operator = StrictCharField(required=False, max_length=150)
@@ -181,9 +182,9 @@ class TokenIn(serializers.Serializer):
     )
 
     def validate(self, data):
-        if bool(data.get("principal")) == bool(data.get("operator")):
+        if data.get("principal") and data.get("operator"):
             raise serializers.ValidationError(
-                {"principal": ["Name exactly one owner: principal or operator."]}
+                {"principal": ["Name at most one owner: principal or operator."]}
             )
         return data
 

@@ -34,7 +34,6 @@ from core.errors import StateConflict, ValidationFailed
 from core.models import Principal, Role, Tool
 from core.selectors import audit_events
 from core.services import (
-    operator_manageable,
     principal_create,
     tenant_settings_update,
     token_issue,
@@ -953,15 +952,19 @@ def principals(request):
     )
 
 
-# --- tokens (admin) -----------------------------------------------------------------------
+# --- tokens ----------------------------------------------------------------------------------
 
 
-def _manageable(caller):
-    return tokens_manageable(caller.tenant, caller.user)
+def _tokens_visible(caller):
+    """An admin sees (and may expire and revoke) the tokens of the tenant's principals and
+    operators; anyone else sees their own."""
+    if caller.is_admin:
+        return tokens_manageable(caller.tenant, caller.user)
+    return tokens_manageable(caller.tenant, caller.user, own=True)
 
 
 def _token_for(caller, pk):
-    token = _manageable(caller).filter(pk=pk).first()
+    token = _tokens_visible(caller).filter(pk=pk).first()
     if token is None:
         raise Http404
     return token
@@ -986,10 +989,11 @@ def _expiry(seconds):
 )
 @api_view(["GET", "POST"])
 def tokens(request):
-    """Admin: the tokens of this tenant's principals and operators; issue one."""
-    caller = require_operator(request, Role.ADMIN)
+    """Tokens. Any operator lists and issues their own (no owner in the body); an admin lists
+    the tenant's and issues a principal's. Nobody receives another operator's secret."""
+    caller = require_operator(request)
     if request.method == "GET":
-        qs = _manageable(caller)
+        qs = _tokens_visible(caller)
         if state := request.query_params.get("state"):
             now = timezone.now()
             live = Q(revoked_at__isnull=True) & (Q(expires_at__isnull=True) | Q(expires_at__gt=now))
@@ -1005,23 +1009,25 @@ def tokens(request):
             qs = qs.filter(filters[state])
         return page(request, qs, present.token_dict)
     fields = valid(s.TokenIn, body_object(request))
-    owner = {}
     if fields.get("principal"):
-        owner["principal"] = Principal.objects.filter(
-            tenant=caller.tenant, name=fields["principal"]
-        ).first()
+        owner = {
+            "principal": Principal.objects.filter(
+                tenant=caller.tenant, name=fields["principal"]
+            ).first()
+        }
         if owner["principal"] is None:
             raise ValidationFailed(
                 "No such principal.", {"principal": ["No principal of that name here."]}
             )
-    else:
-        user = _manageable_operator(caller, fields["operator"])
+    elif fields.get("operator") and fields["operator"] != caller.user.get_username():
+        user = _member(caller, fields["operator"])
         if user is None:
             raise ValidationFailed(
-                "No such operator.",
-                {"operator": ["No operator of that name whose tokens you may manage."]},
+                "No such operator.", {"operator": ["No operator of that name in this tenant."]}
             )
-        owner["user"] = user
+        owner = {"user": user}
+    else:
+        owner = {"user": caller.user}
     token, raw = token_issue(
         tenant=caller.tenant,
         actor=caller.actor,
@@ -1032,12 +1038,13 @@ def tokens(request):
     return Response(present.token_dict(token, raw), status=201)
 
 
-def _manageable_operator(caller, username):
-    """The operator `username` if an admin of this tenant may manage their tokens."""
-    user = get_user_model().objects.filter(username=username).first()
-    if user is None or not operator_manageable(caller.tenant, user, caller.user):
-        return None
-    return user
+def _member(caller, username):
+    """The operator `username`, when they are a member of the caller's tenant."""
+    return (
+        get_user_model()
+        .objects.filter(username=username, memberships__tenant=caller.tenant)
+        .first()
+    )
 
 
 @extend_schema(
@@ -1046,7 +1053,7 @@ def _manageable_operator(caller, username):
 )
 @api_view(["POST"])
 def token_revoke_view(request, pk):
-    caller = require_operator(request, Role.ADMIN)
+    caller = require_operator(request)
     token = _token_for(caller, pk)
     fields = valid(s.OptionalReasonIn, body_object(request))
     token = token_revoke(token, tenant=caller.tenant, actor=caller.actor, reason=fields["reason"])
@@ -1055,11 +1062,20 @@ def token_revoke_view(request, pk):
 
 @extend_schema(
     request=s.TokenRotateIn,
-    responses={**ok(201, o.TokenCreatedOut), **errors_for(404, 409, 411, 413, 415)},
+    description=(
+        "Your own token, or (admin) a principal's: 201 with its successor, shown once. "
+        "(Admin) another operator's token: it is revoked at once and there is no successor "
+        "(200, the revoked token): a person's credentials are theirs alone."
+    ),
+    responses={
+        **ok(201, o.TokenCreatedOut),
+        **ok(200, o.TokenOut),
+        **errors_for(404, 409, 411, 413, 415),
+    },
 )
 @api_view(["POST"])
 def token_rotate_view(request, pk):
-    caller = require_operator(request, Role.ADMIN)
+    caller = require_operator(request)
     token = _token_for(caller, pk)
     fields = valid(s.TokenRotateIn, body_object(request))
     options = {}
@@ -1073,6 +1089,8 @@ def token_rotate_view(request, pk):
         reason=fields["reason"],
         **options,
     )
+    if raw is None:
+        return Response(present.token_dict(new), status=200)
     return Response(present.token_dict(new, raw), status=201)
 
 
