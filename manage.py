@@ -7,7 +7,7 @@ def main():
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "takeover.settings")
     from takeover.embedded_db import prepare
 
-    prepare()
+    prepare(stop_at_exit=True)  # a one-off command stops the server it started
     from django.core.management import execute_from_command_line
 
     execute_from_command_line(sys.argv)

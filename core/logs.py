@@ -12,7 +12,9 @@ gunicorn's gthread workers one request per thread, and each keeps its own values
 import contextlib
 import contextvars
 import logging
+import logging.config
 import secrets
+from datetime import UTC, datetime
 
 from pythonjsonlogger.json import JsonFormatter as _JsonFormatter
 
@@ -69,13 +71,35 @@ class PlainFormatter(logging.Formatter):
 
 class JsonFormatter(_JsonFormatter):
     """One JSON object per line: time, level, logger, message, the context (only the keys
-    that are known), and any `extra=` the call site gave."""
+    that are known), and any `extra=` the call site gave. `time` is RFC 3339 with its
+    offset, in UTC (`2026-12-01T09:30:00.123+00:00`)."""
+
+    def formatTime(self, record, datefmt=None):
+        return datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds")
 
     def add_fields(self, log_record, record, message_dict):
         super().add_fields(log_record, record, message_dict)
         for name in CONTEXT:
             if not log_record.get(name):
                 log_record.pop(name, None)
+
+
+FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+
+
+def json_formatter() -> JsonFormatter:
+    """The formatter of LOG_FORMAT=json, for every process: the web (Django's LOGGING and
+    gunicorn's own logs, takeover/gunicorn_conf.py), workers and beat (takeover/celery.py)."""
+    return JsonFormatter(
+        FORMAT, rename_fields={"asctime": "time", "levelname": "level", "name": "logger"}
+    )
+
+
+def configure(config: dict) -> None:
+    """LOGGING_CONFIG: Django's dictConfig, and then Python's warnings go through logging
+    too, so that under LOG_FORMAT=json a deprecation warning is a JSON line like any other."""
+    logging.config.dictConfig(config)
+    logging.captureWarnings(True)
 
 
 def traceparent() -> str:

@@ -7,21 +7,30 @@ are counted from the database when /metrics is scraped (console/metrics.py), so 
 right whichever process changed the state.
 
 How the series reach Prometheus (web and workers are separate processes, often on separate
-machines):
+machines), each exactly once:
 
-- web: `GET /metrics` on every web process serves this process's series plus the database
-  gauges. gunicorn runs several processes; set `PROMETHEUS_MULTIPROC_DIR` to an empty
-  directory (`make run` does) and each scrape sums every process's files.
-- workers: the dispatch, tool-call, attempt, reconcile and lease series are recorded where
-  the tool is called, in the Celery worker. A worker started with `WORKER_METRICS_PORT`
-  serves them itself (`/metrics`, the same token or allowlist as the web); scrape every
-  worker as its own target. Workers run the threads pool, one process each, so nothing is
-  shared between processes; with `PROMETHEUS_MULTIPROC_DIR` set, prefork children work too.
+- web: `GET /metrics` on every web process serves the web tier's series (requests) plus the
+  database gauges. gunicorn runs several processes; the project's gunicorn configuration
+  (takeover/gunicorn_conf.py) gives each master a private multiprocess directory, so each
+  scrape sums every process of that master, restarted ones included: no counter goes
+  backwards. The per-process collectors (CPU, memory, GC) are left out there: they would
+  describe whichever process answered.
+- workers: the dispatch, tool-call, attempt, reconcile, lease and sweep series are recorded
+  where the work is done, in the Celery worker, and only there. A worker started with
+  `WORKER_METRICS_PORT` serves them itself (`/metrics`, the same token or allowlist as the
+  web), with its process's CPU and memory; scrape every worker as its own target. Workers
+  run the threads pool, one process each; the exporter reads this process's registry
+  whatever the environment says, so a worker never shows another process's series.
+- The worker's series without labels (lease expiries, the last successful sweep) are
+  created by the worker only (`worker_series()`), not when this module is imported: in the
+  web's multiprocess mode a series exists as soon as it is created, and every web process
+  would export the worker's series as zeros.
 
 Label sets are small on purpose: tool names (not tenants) on the histograms, route
 patterns (not paths) on the web series.
 """
 
+import functools
 import ipaddress
 import logging
 import os
@@ -33,6 +42,7 @@ from prometheus_client import (
     REGISTRY,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     generate_latest,
 )
@@ -67,10 +77,32 @@ RECONCILE_VERDICTS = Counter(
     "read_failed).",
     ["tool", "verdict"],
 )
-LEASE_EXPIRIES = Counter(
-    "takeover_lease_expiries",
-    "Dispatch leases that expired (worker lost or hung): the action became unknown.",
-)
+
+
+@functools.cache
+def _lease_expiries() -> Counter:
+    return Counter(
+        "takeover_lease_expiries",
+        "Dispatch leases that expired (worker lost or hung): the action became unknown.",
+    )
+
+
+@functools.cache
+def _sweep_last_success() -> Gauge:
+    return Gauge(
+        "takeover_sweep_last_success_timestamp_seconds",
+        "Unix time at which this worker last finished a periodic sweep (expired leases, "
+        "approval requests, stale runs, time-based notifications); 0 until its first. The "
+        "newest across workers says whether beat and the sweep are alive.",
+    )
+
+
+def worker_series() -> None:
+    """Create the worker's series that have no labels, so that they are exported (at 0)
+    from the worker's start. Called by the worker only."""
+    _lease_expiries()
+    _sweep_last_success()
+
 HTTP_REQUESTS = Counter(
     "takeover_http_requests",
     "Web requests answered, by method, route pattern and status.",
@@ -99,7 +131,11 @@ def record_reconcile(tool: str, verdict: str) -> None:
 
 def record_lease_expiry(count: int = 1) -> None:
     if count:
-        LEASE_EXPIRIES.inc(count)
+        _lease_expiries().inc(count)
+
+
+def record_sweep() -> None:
+    _sweep_last_success().set_to_current_time()
 
 
 def record_request(method: str, route: str, status: int, seconds: float) -> None:
@@ -110,8 +146,10 @@ def record_request(method: str, route: str, status: int, seconds: float) -> None
 # --- exposition ---------------------------------------------------------------------------
 
 
-def process_metrics() -> bytes:
-    """This process's series; every process's, in multiprocess mode."""
+def web_metrics() -> bytes:
+    """The web tier's series: every process's of this gunicorn master (multiprocess mode,
+    set up by takeover/gunicorn_conf.py), or this process's own elsewhere (runserver, the
+    tests)."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         _multiprocess.MultiProcessCollector(registry)
@@ -151,7 +189,7 @@ def _worker_app(environ, start_response):
         )
         return [b"unauthorized\n"]
     start_response("200 OK", [("Content-Type", CONTENT_TYPE_LATEST)])
-    return [process_metrics()]
+    return [generate_latest(REGISTRY)]
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -163,6 +201,7 @@ def start_worker_exporter(port: int, addr: str = "127.0.0.1"):
     """Serve this worker's series on addr:port in a daemon thread; returns the server.
 
     A port already taken is logged, not fatal: a worker that cannot export still works."""
+    worker_series()
     try:
         server = make_server(addr, port, _worker_app, ThreadingWSGIServer, _QuietHandler)
     except OSError as exc:

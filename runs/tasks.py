@@ -13,6 +13,7 @@ from celery import shared_task
 from celery.signals import worker_ready, worker_shutting_down
 
 from core.audit import SWEEPER, request_id_var
+from core.metrics import record_sweep
 
 from . import alerts, dispatch, services
 from .wakeup import wake_workers
@@ -42,6 +43,7 @@ def sweep(self):
             reaped,
             alerted,
         )
+    record_sweep()  # the alert on a dead beat or sweep watches this (README, "Metrics")
     request_id_var.set(self.request.id or "")
     dispatch.drain()
 

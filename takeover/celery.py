@@ -1,7 +1,11 @@
 import os
+import sys
+from functools import cached_property
 
 from celery import Celery
+from celery.apps.beat import Beat as CeleryBeat
 from celery.signals import setup_logging, worker_init, worker_ready
+from celery.utils.log import LoggingProxy
 from kombu.transport import TRANSPORT_ALIASES
 
 # The default, serverless broker: our multi-process-safe variant of kombu's filesystem one.
@@ -9,7 +13,25 @@ TRANSPORT_ALIASES["filesystem"] = "takeover.broker:Transport"
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "takeover.settings")
 
-app = Celery("takeover")
+
+class Beat(CeleryBeat):
+    """`celery beat` prints its banner before it sets up logging; under LOG_FORMAT=json it
+    sets up logging first, so that the banner is a JSON line like the rest (see
+    `_project_logging`)."""
+
+    def run(self) -> None:
+        if os.environ.get("LOG_FORMAT", "plain") == "json":
+            self.setup_logging()
+        super().run()
+
+
+class Takeover(Celery):
+    @cached_property
+    def Beat(self):
+        return self.subclass_with_self(Beat)
+
+
+app = Takeover("takeover")
 
 
 @app.on_configure.connect
@@ -64,14 +86,23 @@ def _freeze_startup_objects(**kwargs):
 def _project_logging(loglevel=None, **kwargs):
     """Workers and beat log like the web: the project's LOGGING (LOG_FORMAT, the request id
     and action on each line), not Celery's own format. The level is LOG_LEVEL when it is
-    set, else Celery's `--loglevel`."""
+    set, else Celery's `--loglevel`.
+
+    Under LOG_FORMAT=json, what Celery prints rather than logs (the worker's and beat's
+    banners, which the worker writes to the original stdout) becomes a log record too: one
+    JSON line per print."""
     import copy
-    import logging.config
+    import logging
 
     from django.conf import settings
+
+    from core.logs import configure
 
     config = copy.deepcopy(settings.LOGGING)
     if loglevel and "LOG_LEVEL" not in os.environ:
         name = logging.getLevelName(loglevel) if isinstance(loglevel, int) else loglevel
         config["root"]["level"] = str(name).upper()
-    logging.config.dictConfig(config)
+    configure(config)
+    if settings.LOG_FORMAT == "json" and not isinstance(sys.stdout, LoggingProxy):
+        printed = LoggingProxy(logging.getLogger("celery.banner"), logging.INFO)
+        sys.stdout = sys.__stdout__ = printed

@@ -18,9 +18,17 @@ filesystem transport under ``./var/broker``. Nothing here depends on which.
 
 Ctrl-C or SIGTERM stops the agent first (so it can finish its run), then the others:
 SIGTERM to each child's process group, SIGKILL after a grace period; then the embedded
-PostgreSQL, if it was the embedded one; exit 0. A child that dies on its own is reported
-loudly and brings the whole stack down with exit 1: a demo that silently lost its worker
-would teach the wrong lesson.
+PostgreSQL, if this launcher started it and nothing else uses it; exit 0. A child that dies
+on its own is reported loudly and brings the whole stack down with exit 1: a demo that
+silently lost its worker would teach the wrong lesson.
+
+The children die with the launcher however it dies: they are started by the project's one
+process supervisor (takeover/supervisor.py), whose watchdog stops them, and the embedded
+PostgreSQL the launcher started, when the launcher is killed (SIGKILL, the OOM killer, a
+terminal closed mid-shutdown). `var/run/launcher.json` names the launcher and its children:
+a new `make run` refuses to start beside a running one, and stops what an earlier one left
+behind if even its watchdog died. A port that is still taken is answered with the process
+that holds it.
 
 Quirks:
 - Routine chatter is filtered out of the console: beat's "Sending due task", the worker's
@@ -30,25 +38,21 @@ Quirks:
   access log and one line per request of the demo downstream.
 - gunicorn runs with ``--no-control-socket``: its default shared ``~/.gunicorn`` socket
   would let one stack's shutdown remove another's.
-- Every child shares ``PROMETHEUS_MULTIPROC_DIR=./var/prometheus`` (emptied at start), so
-  the web's /metrics also shows the worker's series on this one machine. /metrics answers
-  only once ``METRICS_TOKEN`` (or ``METRICS_ALLOW_FROM``) is set.
-- The embedded PostgreSQL is stopped on exit even if another process (a test run in the
-  same checkout, say) still uses it; it starts again on that process's next connection.
+- The web's /metrics shows the web's series (gunicorn's processes added up by the project's
+  gunicorn configuration); the worker serves its own on ``WORKER_METRICS_PORT`` (default
+  here 9808). Both answer only once ``METRICS_TOKEN`` (or ``METRICS_ALLOW_FROM``) is set.
 """
 
-import contextlib
 import os
 import re
-import shutil
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from takeover.supervisor import Child, Leftovers, Supervisor, listener
 
 ROOT = Path(__file__).resolve().parent.parent
 GRACE_SECONDS = 10
@@ -63,6 +67,8 @@ NOISE = re.compile(
     r"|takeover\.access"
     r"|No hostname was supplied\. Reverting to default"
 )
+
+WORKER_METRICS_PORT = 9808
 
 COLORS = {"web": 34, "worker": 32, "beat": 36, "downstream": 35, "agent": 33}
 
@@ -87,50 +93,6 @@ class Output:
         with self.lock:
             sys.stdout.write(text + "\n")
             sys.stdout.flush()
-
-
-@dataclass
-class Child:
-    name: str
-    argv: list[str]
-    process: subprocess.Popen | None = None
-    reader: threading.Thread | None = field(default=None, repr=False)
-
-    def start(self, out: Output, env: dict, *, verbose: bool) -> None:
-        # A session of its own: the terminal's Ctrl-C reaches only us, and we stop the
-        # children in order; killpg() then also reaches gunicorn's forked workers.
-        self.process = subprocess.Popen(
-            self.argv,
-            cwd=ROOT,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            bufsize=1,
-            text=True,
-            errors="replace",
-        )
-        self.reader = threading.Thread(
-            target=self._pump, args=(out, verbose), name=f"pump-{self.name}", daemon=True
-        )
-        self.reader.start()
-
-    def _pump(self, out: Output, verbose: bool) -> None:
-        # Must read to the end, or a chatty child blocks on a full pipe.
-        for raw in self.process.stdout:
-            text = raw.rstrip("\n")
-            if text and (verbose or not NOISE.search(text)):
-                out.line(self.name, text)
-
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def signal(self, signum: int) -> None:
-        """Signal the child's whole process group (gunicorn's workers included)."""
-        if self.process is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.process.pid, signum)
 
 
 def port_free(port: int) -> bool:
@@ -160,17 +122,48 @@ class Launcher:
         self.embedded = not os.environ.get("DATABASE_URL")
         self.children: list[Child] = []
         self.stopping = threading.Event()
-        self.var_dir: Path | None = None
+        from takeover.embedded_db import var_dir
+
+        self.var_dir = var_dir()
+        self.state_file = self.var_dir / "run" / "launcher.json"
+        self.supervisor = Supervisor(state_file=self.state_file, grace=GRACE_SECONDS)
+        self.started_database = False
 
     # --- set-up -------------------------------------------------------------------------
 
-    def prepare(self):
+    def clear_the_way(self) -> None:
+        """Refuse to start beside a running `make run` of this checkout; stop what an
+        earlier one left behind; name whoever holds our ports."""
+        earlier = Leftovers.read(self.state_file)
+        if earlier is not None and earlier.owner is not None:
+            raise SystemExit(
+                f"Takeover is already running in this checkout (launcher pid {earlier.owner}). "
+                f"Stop it first (Ctrl-C in its terminal, or: kill {earlier.owner})."
+            )
+        if earlier is not None and earlier.groups:
+            self.out.say(
+                "Takeover: an earlier `make run` left these running; stopping them: "
+                + earlier.describe()
+            )
+            earlier.stop(GRACE_SECONDS)
+        if earlier is not None and earlier.embedded_var_dir is not None:
+            from takeover.embedded_db import stop_if_unused
+
+            # It started the database and is gone: ours to stop (we start it afresh, so
+            # that stopping it is ours again).
+            stop_if_unused(earlier.embedded_var_dir)
+        self.state_file.unlink(missing_ok=True)
         for port, name in ((self.port, "PORT"), (self.downstream_port, "DOWNSTREAM_PORT")):
             if not port_free(port):
+                holder = listener(port)
                 raise SystemExit(
-                    f"Port {port} on 127.0.0.1 is taken ({name}). Stop whatever listens there, "
-                    f"or choose another: {name}=... make run"
+                    f"Port {port} on 127.0.0.1 is taken ({name})"
+                    + (f" by {holder}" if holder else "")
+                    + f". Stop it, or choose another port: {name}=... make run"
                 )
+
+    def prepare(self):
+        self.clear_the_way()
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "takeover.settings")
         self.out.say(
             "Takeover: starting the database "
@@ -180,7 +173,10 @@ class Launcher:
 
         from takeover.embedded_db import prepare
 
-        prepare()  # the embedded PostgreSQL, when DATABASE_URL is unset; children inherit its URL
+        # The embedded PostgreSQL, when DATABASE_URL is unset; children inherit its URL.
+        self.started_database = prepare()
+        if self.started_database:
+            self.supervisor.stop_embedded_postgres_on_death(self.var_dir)
         django.setup()
         from django.conf import settings
         from django.core.management import call_command
@@ -188,7 +184,6 @@ class Launcher:
 
         from demo.setup import demo_setup
 
-        self.var_dir = Path(settings.VAR_DIR)
         self.out.say("Takeover: applying migrations…")
         call_command("migrate", interactive=False, verbosity=0)
         seeded = demo_setup(
@@ -209,18 +204,11 @@ class Launcher:
         env.setdefault("SECRET_KEY", settings.SECRET_KEY)
         env["PYTHONUNBUFFERED"] = "1"  # line by line through the pipes
         env.setdefault("DJANGO_SETTINGS_MODULE", "takeover.settings")
-        env.setdefault("PROMETHEUS_MULTIPROC_DIR", str(self.metrics_dir()))
+        # The worker's series on a port of its own (the web's /metrics shows the web's only).
+        env.setdefault("WORKER_METRICS_PORT", str(WORKER_METRICS_PORT))
         return env
 
-    def metrics_dir(self) -> Path:
-        """Emptied once per start: series of processes that are gone must not add up."""
-        if not hasattr(self, "_metrics_dir"):
-            self._metrics_dir = self.var_dir / "prometheus"
-            shutil.rmtree(self._metrics_dir, ignore_errors=True)
-            self._metrics_dir.mkdir(parents=True)
-        return self._metrics_dir
-
-    def children_for(self, broker: str) -> list[Child]:
+    def children_for(self, broker: str) -> list[tuple[str, list[str]]]:
         # Options as strings for legibility; paths (which may hold spaces) as list items.
         web = "-m gunicorn -c python:takeover.gunicorn_conf takeover.wsgi"
         web += f" -b 127.0.0.1:{self.port} -k gthread --threads 8 -w 2"
@@ -237,16 +225,24 @@ class Launcher:
         downstream = f"--port {self.downstream_port}" + ("" if self.verbose else " --quiet")
         py = sys.executable
         return [
-            Child("downstream", [py, str(ROOT / "demo/downstream.py"), *downstream.split()]),
-            Child("web", [py, *web.split()]),
-            Child("worker", [py, *worker.split()]),
-            Child("beat", [py, *beat.split(), str(self.var_dir / "celerybeat-schedule")]),
+            ("downstream", [py, str(ROOT / "demo/downstream.py"), *downstream.split()]),
+            ("web", [py, *web.split()]),
+            ("worker", [py, *worker.split()]),
+            ("beat", [py, *beat.split(), str(self.var_dir / "celerybeat-schedule")]),
         ]
 
-    def agent(self, token_file: Path) -> Child:
+    def agent(self, token_file: Path) -> tuple[str, list[str]]:
         argv = f"-m demo.agent --url http://127.0.0.1:{self.port}"
         argv += f" --downstream http://127.0.0.1:{self.downstream_port} --token-file"
-        return Child("agent", [sys.executable, *argv.split(), str(token_file)])
+        return "agent", [sys.executable, *argv.split(), str(token_file)]
+
+    def start(self, name: str, argv: list[str], env: dict) -> None:
+        def line(text: str) -> None:
+            # Everything is read (a chatty child would block on a full pipe); noise is not shown.
+            if text and (self.verbose or not NOISE.search(text)):
+                self.out.line(name, text)
+
+        self.children.append(self.supervisor.start(name, argv, env=env, on_line=line))
 
     # --- running ------------------------------------------------------------------------
 
@@ -323,15 +319,12 @@ class Launcher:
             if self.stopping.is_set():
                 return 0
             env = self.child_env()
-            for child in self.children_for(broker):
-                self.children.append(child)
-                child.start(self.out, env, verbose=self.verbose)
+            for name, argv in self.children_for(broker):
+                self.start(name, argv, env)
             ready = self.wait_ready()
             if ready:
                 self.banner(seeded)
-                agent = self.agent(seeded.agent_token_file)
-                self.children.append(agent)
-                agent.start(self.out, env, verbose=self.verbose)
+                self.start(*self.agent(seeded.agent_token_file), env)
             elif not self.stopping.is_set() and not self.dead_child():
                 self.out.say(
                     f"Takeover: nothing answers on port {self.port} and {self.downstream_port} "
@@ -357,36 +350,23 @@ class Launcher:
         self.stopping.set()
         agents = [c for c in self.children if c.name == "agent"]
         others = [c for c in self.children if c.name != "agent"]
-        self._stop(agents, AGENT_GRACE_SECONDS)
-        self._stop(others, GRACE_SECONDS)
-        for child in self.children:
-            if child.reader is not None:
-                child.reader.join(2)
-        if self.embedded and self.var_dir is not None:
-            from takeover.embedded_db import stop
+        say = self.say
+        self.supervisor.stop(agents, AGENT_GRACE_SECONDS, say=say)
+        self.supervisor.stop(others, GRACE_SECONDS, say=say)
+        if self.started_database:
+            from takeover.embedded_db import stop_if_unused
 
             self.out.say("Takeover: stopping the embedded PostgreSQL…")
             try:
-                stop(self.var_dir)
+                if not stop_if_unused(self.var_dir):
+                    say("the embedded PostgreSQL is left running: another process uses it.")
             except Exception as exc:  # shutting down anyway; say what is left behind
-                self.out.say(f"Takeover: could not stop the embedded PostgreSQL: {exc}")
+                say(f"could not stop the embedded PostgreSQL: {exc}")
+        self.supervisor.close()
         self.out.say("Takeover: stopped.")
 
-    def _stop(self, children: list[Child], grace: float) -> None:
-        for child in children:
-            child.signal(signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        for child in children:
-            if child.process is None:
-                continue
-            try:
-                child.process.wait(max(deadline - time.monotonic(), 0.1))
-            except subprocess.TimeoutExpired:
-                self.out.say(f"Takeover: {child.name} did not stop within {grace:g}s; killing it.")
-                child.signal(signal.SIGKILL)
-                child.process.wait(5)
-            # The leader may be gone while a forked grandchild lingers in its group.
-            child.signal(signal.SIGKILL)
+    def say(self, text: str) -> None:
+        self.out.say(f"Takeover: {text}")
 
 
 def main() -> None:

@@ -3,16 +3,22 @@
 Answered by a middleware placed first, before host validation, HTTPS redirects, sessions
 and the access log: a load balancer's probe or a scraper addresses the process by an IP or
 a service name that is not in ALLOWED_HOSTS, and probes every few seconds are noise in the
-access log. None of the three answers leaks a version, a setting or an exception text.
+access log. None of the three answers leaks a version, a setting's value or an exception
+text.
 
 - /healthz: liveness. The process answers; nothing else is checked.
-- /readyz: the database answers, every migration is applied, the broker accepts a
-  connection. Otherwise 503 problem+json naming the failing part(s) in `checks`.
+- /readyz: 503 problem+json naming the failing part(s) in `checks` only when this process
+  cannot serve: the database does not answer, a migration is missing, or the connection
+  is unusable as configured (a transaction pooler that would break prepared statements:
+  the answer names `DATABASE_POOLER=transaction`). A broker that does not answer is
+  `degraded`, still 200: the database is the queue, and a lost wake-up costs one sweep
+  interval, so a broker blip must not take every web process out of the load balancer.
 - /metrics: Prometheus text format, for a bearer token equal to METRICS_TOKEN or a client
   in METRICS_ALLOW_FROM (core/metrics.py); 401 otherwise, 404 when neither is configured.
 """
 
 import logging
+import secrets
 import time
 
 from django.db import DEFAULT_DB_ALIAS, connections
@@ -24,7 +30,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from approvals.models import ApprovalRequest, RequestState
 from core.api.problems import problem_json
-from core.metrics import process_metrics, scrape_allowed
+from core.metrics import scrape_allowed, web_metrics
 from core.models import Tenant
 from runs.models import Action
 from runs.states import UNSETTLED, ActionState
@@ -33,8 +39,11 @@ logger = logging.getLogger(__name__)
 
 OPEN_STATES = [str(s) for s in UNSETTLED]
 BROKER_TIMEOUT_SECONDS = 3
+DEGRADED = "degraded"
 
-_migrations_applied = False  # once true for this process, true for good: code is fixed
+# Once true for this process, true for good: the code and the configuration are fixed.
+_migrations_applied = False
+_connection_usable = False
 
 
 def _check_database() -> None:
@@ -54,6 +63,56 @@ def _check_migrations() -> None:
     _migrations_applied = True
 
 
+class PreparedStatementsLeak(Exception):
+    pass
+
+
+def _check_connection() -> None:
+    """Are prepared statements safe on this connection? The application's connection
+    prepares its hot statements (psycopg's `prepare_threshold`, takeover/settings.py);
+    behind a pooler in transaction mode that does not carry them (PgBouncer before 1.21, or
+    without `max_prepared_statements`), consecutive transactions land on other server
+    connections, and requests fail with "prepared statement … does not exist" or "already
+    exists".
+
+    The probe, on two fresh connections configured like the application's: the first
+    prepares a marked statement and goes idle, the second looks for it on *its* server
+    session. Directly connected (or through a session pool), two live connections never
+    share a server session, so the second sees nothing. A transaction pooler hands the
+    second client the server connection the first just released (PgBouncer reuses the most
+    recent one), where the statement sits under psycopg's own name: that is the leak,
+    cleaned up on the spot. A pooler that manages prepared statements renames them, which
+    is fine. Under load the second client may get another server connection and see
+    nothing: a missed detection, never a false alarm."""
+    global _connection_usable
+    if _connection_usable:
+        return
+    import psycopg
+    from psycopg import sql
+
+    params = connections[DEFAULT_DB_ALIAS].get_connection_params()
+    if params.get("prepare_threshold") is None:  # nothing is prepared: any pooler carries it
+        _connection_usable = True
+        return
+    marker = f"takeover readiness probe {secrets.token_hex(8)}"
+    with psycopg.connect(**params, autocommit=True) as first:
+        first.execute(f"SELECT 1 /* {marker} */", prepare=True)
+        with psycopg.connect(**params, autocommit=True) as second, second.transaction():
+            names = [
+                name
+                for (name,) in second.execute(
+                    "SELECT name FROM pg_prepared_statements WHERE statement LIKE %s",
+                    [f"%{marker}%"],
+                )
+                if name.startswith("_pg3_")
+            ]
+            for name in names:
+                second.execute(sql.SQL("DEALLOCATE {}").format(sql.Identifier(name)))
+    if names:
+        raise PreparedStatementsLeak("two client connections share a server session")
+    _connection_usable = True
+
+
 def _check_broker() -> None:
     from takeover.celery import app
 
@@ -61,19 +120,31 @@ def _check_broker() -> None:
         conn.ensure_connection(max_retries=1, timeout=BROKER_TIMEOUT_SECONDS)
 
 
+# name → (check, what a failure means, whether a failure only degrades the service)
 CHECKS = {
-    "database": (_check_database, "the database does not answer"),
-    "migrations": (_check_migrations, "migrations are not applied"),
-    "broker": (_check_broker, "the broker does not accept a connection"),
+    "database": (_check_database, "the database does not answer", False),
+    "migrations": (_check_migrations, "migrations are not applied", False),
+    "connection": (
+        _check_connection,
+        "the database connection goes through a transaction pooler (PgBouncer in "
+        "transaction mode) that does not keep prepared statements: set "
+        "DATABASE_POOLER=transaction",
+        False,
+    ),
+    "broker": (_check_broker, DEGRADED, True),
+}
+DEGRADED_DETAIL = {
+    "broker": "The broker does not accept a connection: wake-ups are lost, and queued work "
+    "waits for the periodic sweep."
 }
 
 
 def readiness() -> dict[str, str]:
-    """Each check's result, "ok" or what failed. Migrations are not checked without a
-    database."""
+    """Each check's result: "ok", what failed, or "degraded". Without a database, the
+    checks that need one are "not checked"."""
     results = {}
-    for name, (check, failure) in CHECKS.items():
-        if name == "migrations" and results["database"] != "ok":
+    for name, (check, failure, _degrades) in CHECKS.items():
+        if name in ("migrations", "connection") and results["database"] != "ok":
             results[name] = "not checked"
             continue
         try:
@@ -88,18 +159,27 @@ def readiness() -> dict[str, str]:
     return results
 
 
+def failing(checks: dict[str, str]) -> list[str]:
+    """The checks that make this process unready (a degraded part does not)."""
+    return [n for n, result in checks.items() if result != "ok" and not CHECKS[n][2]]
+
+
 def readyz(request):
     checks = readiness()
-    failing = [name for name, result in checks.items() if result != "ok"]
-    if not failing:
-        return JsonResponse({"status": "ready", "checks": checks})
+    down = failing(checks)
+    if not down:
+        degraded = [name for name, result in checks.items() if result == DEGRADED]
+        body = {"status": DEGRADED if degraded else "ready", "checks": checks}
+        if degraded:
+            body["detail"] = " ".join(DEGRADED_DETAIL[name] for name in degraded)
+        return JsonResponse(body)
     return problem_json(
         "temporarily-unavailable",
         "Not ready",
         503,
-        "Not ready: " + "; ".join(checks[name] for name in failing) + ".",
+        "Not ready: " + "; ".join(checks[name] for name in down) + ".",
         headers={"Retry-After": "5"},
-        failing=failing,
+        failing=down,
         checks=checks,
     )
 
@@ -205,7 +285,7 @@ def metrics_view(request):
     started = time.monotonic()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(DatabaseGauges())
-    body = generate_latest(registry) + process_metrics()
+    body = generate_latest(registry) + web_metrics()
     body += (
         "# HELP takeover_scrape_seconds Time spent computing this scrape.\n"
         "# TYPE takeover_scrape_seconds gauge\n"

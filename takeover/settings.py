@@ -103,7 +103,8 @@ INSTALLED_APPS = [
     "runs",
     "console",
     "demo",
-    "takeover",  # the project: its management commands (bench, soak, readyz)
+    "takeover",  # the project: its management command readyz
+    "bench",  # make bench, make soak: the load generator and its commands
 ]
 
 MIDDLEWARE = [
@@ -428,7 +429,9 @@ if os.environ.get("EMAIL_FILE_PATH"):  # the file backend (one file per message)
     EMAIL_FILE_PATH = os.environ["EMAIL_FILE_PATH"]
 
 # Observability. LOG_FORMAT=json: one JSON object per line with the request id, tenant,
-# actor, run and action where known (core/logs.py).
+# actor, run and action where known (core/logs.py), from every process: the web (gunicorn's
+# own lines too, takeover/gunicorn_conf.py), workers and beat (Celery's banner too,
+# takeover/celery.py).
 LOG_FORMAT = os.environ.get("LOG_FORMAT", "plain")
 # /metrics: a bearer token, or client addresses allowed without one (comma-separated CIDRs).
 # Neither set: /metrics answers 404, so nothing is exposed by accident.
@@ -438,6 +441,7 @@ METRICS_ALLOW_FROM = [a for a in os.environ.get("METRICS_ALLOW_FROM", "").split(
 WORKER_METRICS_PORT = int(os.environ.get("WORKER_METRICS_PORT", 0))
 WORKER_METRICS_ADDR = os.environ.get("WORKER_METRICS_ADDR", "127.0.0.1")
 
+LOGGING_CONFIG = "core.logs.configure"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -447,11 +451,7 @@ LOGGING = {
             "()": "core.logs.PlainFormatter",
             "format": "%(asctime)s %(levelname)s %(name)s %(message)s",
         },
-        "json": {
-            "()": "core.logs.JsonFormatter",
-            "format": "%(asctime)s %(levelname)s %(name)s %(message)s",
-            "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
-        },
+        "json": {"()": "core.logs.json_formatter"},
     },
     "handlers": {
         "console": {

@@ -39,7 +39,7 @@ os.environ.setdefault("TOOL_URL_ALLOWLIST", "localhost,127.0.0.1/32,::1")
 # is unset) before the project's settings read its URL.
 from takeover.embedded_db import prepare
 
-prepare()
+prepare(stop_at_exit=True)  # and stop it when the run ends, if this run started it
 
 from takeover.settings import *  # noqa: E402, F403
 

@@ -18,7 +18,7 @@ from core.models import Role
 from core.services import operator_create, principal_create, tenant_create, tool_create
 from runs import dispatch, services
 from runs.models import Action
-from takeover import loadgen
+from bench import loadgen, soak
 from tests.builders import SETUP
 from tests.conftest import database_url
 
@@ -59,7 +59,7 @@ def test_chaos_killed_workers_and_a_database_restart_lose_and_repeat_nothing(liv
             timeout_seconds=2,
             actor=SETUP,
         )
-        result = loadgen.drive(
+        result = soak.drive(
             stack,
             loadgen.Agent(stack.url, token, tenant.slug),
             count=300,
@@ -74,7 +74,7 @@ def test_chaos_killed_workers_and_a_database_restart_lose_and_repeat_nothing(liv
     finally:
         stack.stop()
         connection.close()  # ours broke in the restart
-    table = loadgen.invariants(tenant, stats)
+    table = soak.invariants(tenant, stats)
     assert result.proposed == 300
     assert result.kills >= 2, "workers were hardly killed: the test proved little"
     if EMBEDDED:
@@ -313,7 +313,7 @@ def test_a_burst_of_one_tenant_does_not_starve_another(live_db, downstream):
 
 def test_pgbench_ships_with_the_embedded_server():
     """`make bench` measures TPC-B with the wheel's own pgbench."""
-    from takeover.management.commands.bench import pgbench_binary
+    from bench.management.commands.bench import pgbench_binary
 
     done = subprocess.run([pgbench_binary(), "--version"], capture_output=True, text=True)
     assert done.returncode == 0 and "pgbench" in done.stdout

@@ -8,7 +8,7 @@ from pathlib import Path
 import grimp
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ["takeover", "api", "console", "demo", "runs", "approvals", "ledger", "core"]
+PACKAGES = ["bench", "takeover", "api", "console", "demo", "runs", "approvals", "ledger", "core"]
 # Who may import whom, top to bottom; a package may import only those below it. `api` and
 # `console` are two faces of the same domain and know nothing of each other; `demo` speaks
 # to the product through the services (set-up) and the HTTP API (its agent) only.

@@ -1,95 +1,34 @@
-"""The real HTTP stack: gunicorn (as `make run` starts it) in front of the application, on
+"""The real HTTP stack: gunicorn (as the README starts it) in front of the application, on
 the test database. Chunked bodies, gunicorn's own error answers, the Host check, HTTPS=1,
 the Content-Security-Policy, and the refusal to serve with a generated SECRET_KEY."""
 
 import json
 import os
-import secrets
-import socket
 import subprocess
 import sys
-import time
 import uuid
 from datetime import datetime, timedelta
 
 import httpx
 import pytest
 
-from tests.conftest import ROOT, database_url
+from tests.conftest import ROOT
+from tests.takeover.conftest import WEB_SECRET, Server
 
-# A cold gunicorn worker on a loaded 2-core machine can take seconds for its first answer.
 http = httpx.Client(timeout=60)
 
-SECRET = secrets.token_urlsafe(50)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    def __init__(self, env):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                *("-m", "gunicorn", "-c", "python:takeover.gunicorn_conf", "takeover.wsgi"),
-                *("-b", f"127.0.0.1:{self.port}", "-k", "gthread", "--threads", "4", "-w", "1"),
-                "--no-control-socket",
-            ],
-            cwd=ROOT,
-            env={
-                **os.environ,
-                "DJANGO_SETTINGS_MODULE": "tests.settings",
-                "DATABASE_URL": database_url(),
-                "SECRET_KEY": SECRET,
-                "DEBUG": "0",
-                **env,
-            },
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    break
-            except OSError:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(self.process.stderr.read().decode()[-3000:]) from None
-                time.sleep(0.1)
-
-    def stop(self):
-        self.process.terminate()
-        self.process.wait(15)
-
-    def raw(self, data: bytes) -> tuple[int, dict, bytes]:
-        """Send bytes as they are; (status, headers, body) of the answer."""
-        with socket.create_connection(("127.0.0.1", self.port), timeout=60) as s:
-            s.sendall(data)
-            chunks = []
-            while chunk := s.recv(65536):
-                chunks.append(chunk)
-        head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
-        lines = head.decode("latin1").split("\r\n")
-        headers = {k.lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:])}
-        return int(lines[0].split()[1]), headers, body
+SECRET = WEB_SECRET
 
 
 @pytest.fixture(scope="module")
-def server(django_db_setup):
-    s = Server({})
-    yield s
-    s.stop()
+def server(web):
+    """The session's web tier (tests/takeover/conftest.py), as the README starts it."""
+    return web
 
 
 @pytest.fixture(scope="module")
 def https_server(django_db_setup):
-    s = Server({"HTTPS": "1"})
+    s = Server({"HTTPS": "1"}, workers=1, threads=4)
     yield s
     s.stop()
 

@@ -1,8 +1,14 @@
-"""/metrics: protected, the series present, gauges counted from the database, worker series
-served by the worker itself."""
+"""/metrics: protected, the series present, gauges counted from the database; and, with the
+real tiers, every counter adds up across gunicorn's processes and the worker's series are
+served by the worker alone."""
 
+import itertools
+import threading
 import time
+from pathlib import Path
 
+import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 TOKEN = "test-metrics-token"  # tests/settings.py
@@ -108,3 +114,114 @@ def test_gauges_follow_actions_as_they_open_and_settle(world, client):
     settled = scrape(client)
     assert value(settled, "takeover_open_actions", tenant=slug, state="awaiting_approval") == 0
     assert value(settled, "takeover_approval_requests_pending", tenant=slug) == 0
+
+
+# --- the real tiers: gunicorn as the README starts it, a Celery worker -----------------------
+
+WORKER_SERIES = {
+    "takeover_attempts",
+    "takeover_tool_call_seconds",
+    "takeover_dispatch_seconds",
+    "takeover_reconcile_verdicts",
+    "takeover_lease_expiries",
+    "takeover_sweep_last_success_timestamp_seconds",
+}
+# Samples that only ever grow: counters, and a histogram's buckets, count and sum.
+GROWING = ("_total", "_bucket", "_count", "_sum")
+
+
+def scrape_http(url: str) -> dict:
+    response = httpx.get(url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+    assert response.status_code == 200, response.text
+    return parse(response.text)
+
+
+def families(url: str) -> set[str]:
+    """The metric families an exposition declares (with samples or not)."""
+    response = httpx.get(url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+    return {family.name for family in text_string_to_metric_families(response.text)}
+
+
+@pytest.mark.slow
+@pytest.mark.worker
+def test_two_web_processes_under_load_count_every_request_once_and_never_backwards(
+    world, web, worker
+):
+    world.tool("update_ticket")
+    agent = {"Authorization": f"Bearer {world.agent.token}"}
+    run = httpx.post(f"{web.url}/api/v1/runs", json={"trigger": "api"}, headers=agent, timeout=60)
+    assert run.status_code == 201, run.text
+    me = ("GET", "/api/v1/me", "200")
+    proposed = ("POST", "/api/v1/runs/<uuid:pk>/actions", "201")
+
+    def load(t: int, burst: int) -> None:
+        # A connection per request, from four threads at once: both gunicorn processes
+        # accept from the same socket, so both serve.
+        for i in range(6):
+            assert httpx.get(f"{web.url}/api/v1/me", headers=agent, timeout=60).status_code == 200
+        key = f"scrape-{burst}-{t}"
+        response = httpx.post(
+            f"{web.url}/api/v1/runs/{run.json()['id']}/actions",
+            json={"tool": "update_ticket", "target": key, "desired_state": {"n": burst}},
+            headers={**agent, "Idempotency-Key": key},
+            timeout=60,
+        )
+        assert response.status_code == 201, response.text
+
+    scrapes = [scrape_http(f"{web.url}/metrics")]
+    for burst in range(8):
+        threads = [threading.Thread(target=load, args=(t, burst)) for t in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        scrapes.append(scrape_http(f"{web.url}/metrics"))
+
+    # No takeover_ counter ever goes backwards from one scrape to the next.
+    for before, after in itertools.pairwise(scrapes):
+        for (name, labels), was in before.items():
+            if name.startswith("takeover_") and name.endswith(GROWING):
+                assert after.get((name, labels), 0) >= was, (name, dict(labels), was)
+
+    # Every request counted once, whichever process answered it: 8 bursts of 4 × 6 GETs and
+    # 4 proposals.
+    def count(samples, method, route, status) -> float:
+        labels = {"method": method, "route": route, "status": status}
+        return samples.get(("takeover_http_requests_total", frozenset(labels.items())), 0)
+
+    assert count(scrapes[-1], *me) - count(scrapes[0], *me) == 8 * 4 * 6
+    assert count(scrapes[-1], *proposed) - count(scrapes[0], *proposed) == 8 * 4
+    # … and both processes of the web tier did count: each maps a counter file of its own,
+    # in the one private directory the gunicorn configuration made.
+    workers = web.worker_pids()
+    assert len(workers) == 2
+    files = {
+        pid: [
+            Path(line.split()[-1])
+            for line in Path(f"/proc/{pid}/maps").read_text().splitlines()
+            if line.endswith(f"counter_{pid}.db")
+        ]
+        for pid in workers
+    }
+    assert all(len(mapped) == 1 for mapped in files.values()), files
+    assert len({mapped[0].parent for mapped in files.values()}) == 1
+
+    # The worker's series: on the worker's own exporter, not on the web's /metrics.
+    assert not families(f"{web.url}/metrics") & WORKER_SERIES
+    deadline = time.monotonic() + 30
+    while True:
+        at_worker = scrape_http(worker.metrics_url)
+        applied = sum(
+            v
+            for (name, labels), v in at_worker.items()
+            if name == "takeover_attempts_total" and dict(labels)["outcome"] == "applied"
+        )
+        if applied >= 8 * 4 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert families(worker.metrics_url) >= WORKER_SERIES
+    assert applied >= 8 * 4
+    assert not any(name.startswith("takeover_http_") for name, _ in at_worker)
+    # The worker runs beat's sweep (every second in the tests): its last success is recent.
+    swept = value(at_worker, "takeover_sweep_last_success_timestamp_seconds")
+    assert time.time() - 30 < swept <= time.time() + 1

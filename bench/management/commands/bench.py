@@ -37,7 +37,8 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, connections
 
-from takeover import loadgen
+from bench import loadgen
+from takeover.supervisor import process_groups
 
 from .bench_queue import database_url
 
@@ -228,11 +229,11 @@ class Meter:
 
     def _cpu(self) -> dict:
         groups = {}
-        for name, proc in self.stack.procs.items():
-            if proc.alive():
-                groups[proc.process.pid] = "workers" if name.startswith("worker") else name
+        for name, child in self.stack.procs.items():
+            if child.running():
+                groups[child.pid] = "workers" if name.startswith("worker") else name
         parts = {"client (this process)": loadgen.cpu_seconds([os.getpid()])}
-        for pid, pgid in loadgen._process_groups():
+        for pid, pgid in process_groups():
             if pgid in groups:
                 part = {"downstream": "tool (demo downstream)"}.get(groups[pgid], groups[pgid])
                 parts[part] = parts.get(part, 0) + loadgen.cpu_seconds([pid])

@@ -2,7 +2,7 @@
 
 In a database of its own (``<your database>_soak``, created afresh), the stack of ``make
 bench`` runs ``--actions`` proposals (default 10,000) from 4 runtime threads, each on a target
-of its own, with the fault mix of ``takeover.loadgen.FAULT_MIX`` (commit then drop the
+of its own, with the fault mix of ``bench.soak.FAULT_MIX`` (commit then drop the
 connection, commit then 500, answer after the timeout, 503 before committing, reject, and
 reads that fail), while a worker is SIGKILLed every ``--kill-every`` seconds (default 10) and
 restarted at once, like a pod. Then it waits until nothing is in progress (``--settle``
@@ -31,7 +31,7 @@ import sys
 from django.core.management.base import BaseCommand
 from django.db import connection
 
-from takeover import loadgen
+from bench import loadgen, soak
 
 from .bench import recreate_database
 
@@ -96,7 +96,7 @@ class Command(BaseCommand):
                 f"-- {opts['actions']} actions, a worker SIGKILLed every {opts['kill_every']} s"
                 + (", no faults" if opts["no_faults"] else ", with the fault mix")
             )
-            result = loadgen.drive(
+            result = soak.drive(
                 stack,
                 agent,
                 count=opts["actions"],
@@ -111,7 +111,7 @@ class Command(BaseCommand):
             stats = httpx.get(f"{stack.downstream_url}/_control/stats", timeout=60).json()
         finally:
             stack.stop()
-        table = loadgen.invariants(tenant, stats)
+        table = soak.invariants(tenant, stats)
         server_errors = sum(
             n for code, n in result.statuses.items() if isinstance(code, int) and code >= 500
         )
