@@ -40,6 +40,7 @@ logger = logging.getLogger(__name__)
 OPEN_STATES = [str(s) for s in UNSETTLED]
 BROKER_TIMEOUT_SECONDS = 3
 DEGRADED = "degraded"
+NOT_CHECKED = "not checked"
 
 # Once true for this process, true for good: the code and the configuration are fixed.
 _migrations_applied = False
@@ -145,7 +146,7 @@ def readiness() -> dict[str, str]:
     results = {}
     for name, (check, failure, _degrades) in CHECKS.items():
         if name in ("migrations", "connection") and results["database"] != "ok":
-            results[name] = "not checked"
+            results[name] = NOT_CHECKED
             continue
         try:
             check()
@@ -161,7 +162,11 @@ def readiness() -> dict[str, str]:
 
 def failing(checks: dict[str, str]) -> list[str]:
     """The checks that make this process unready (a degraded part does not)."""
-    return [n for n, result in checks.items() if result != "ok" and not CHECKS[n][2]]
+    return [
+        name
+        for name, result in checks.items()
+        if result not in ("ok", NOT_CHECKED) and not CHECKS[name][2]
+    ]
 
 
 def readyz(request):

@@ -1,6 +1,7 @@
 """/healthz and /readyz: unauthenticated, no internals, 503 problem+json naming the failing
-part. The "database stopped" case runs a real web process on a PostgreSQL server of its
-own, which the test stops."""
+part; a broker that does not answer degrades, it does not fail. The "database stopped"
+case runs a real web process on a PostgreSQL server of its own, which the test stops; the
+PgBouncer case is in test_pgbouncer.py."""
 
 import io
 import os
@@ -15,6 +16,7 @@ import warnings
 import httpx
 import pytest
 from django.conf import settings
+from django.db import connections
 
 from tests.conftest import ROOT
 
@@ -29,7 +31,10 @@ def test_healthz_answers_without_authentication_and_without_internals(client):
 def test_readyz_is_ready_when_database_migrations_and_broker_are(live_db, client):
     response = client.get("/readyz")
     assert response.status_code == 200, response.content
-    assert response.json()["checks"] == {"database": "ok", "migrations": "ok", "broker": "ok"}
+    assert response.json() == {
+        "status": "ready",
+        "checks": {"database": "ok", "migrations": "ok", "connection": "ok", "broker": "ok"},
+    }
 
 
 def test_probes_ignore_the_host_header_and_refuse_other_methods(live_db, client):
@@ -39,21 +44,28 @@ def test_probes_ignore_the_host_header_and_refuse_other_methods(live_db, client)
     assert response["Allow"] == "GET, HEAD"
 
 
-def test_readyz_names_a_broker_it_cannot_reach(live_db, client, settings):
+def test_readyz_stays_ready_but_says_degraded_when_the_broker_is_unreachable(live_db, client):
     from takeover.celery import app
 
     saved = app.conf.broker_url
-    # A port where nothing listens: the broker check fails, the others still pass.
+    # A port where nothing listens: the broker check fails, the others still pass. The
+    # database is the queue: a lost wake-up costs one sweep, so the process stays in the
+    # load balancer.
     app.conf.broker_url = f"amqp://guest:guest@127.0.0.1:{free_port()}//"
     try:
         response = client.get("/readyz")
     finally:
         app.conf.broker_url = saved
-    assert response.status_code == 503
+    assert response.status_code == 200
     body = response.json()
-    assert body["type"] == "/problems/temporarily-unavailable"
-    assert body["failing"] == ["broker"]
-    assert body["checks"]["database"] == "ok"
+    assert body["status"] == "degraded"
+    assert body["checks"] == {
+        "database": "ok",
+        "migrations": "ok",
+        "connection": "ok",
+        "broker": "degraded",
+    }
+    assert "sweep" in body["detail"]
     assert "guest" not in response.content.decode()  # no URL, no credentials
 
 
@@ -152,11 +164,27 @@ def test_readyz_command_for_processes_without_http(live_db):
 
     out = io.StringIO()
     call_command("readyz", stdout=out)
-    assert out.getvalue().splitlines() == ["database: ok", "migrations: ok", "broker: ok"]
+    assert out.getvalue().splitlines() == [
+        "database: ok",
+        "migrations: ok",
+        "connection: ok",
+        "broker: ok",
+    ]
     saved = app.conf.broker_url
     app.conf.broker_url = f"amqp://guest:guest@127.0.0.1:{free_port()}//"
+    try:
+        out = io.StringIO()
+        call_command("readyz", stdout=out)  # degraded is not a failure
+        assert "broker: degraded" in out.getvalue().splitlines()
+    finally:
+        app.conf.broker_url = saved
+    settings_dict = connections["default"].settings_dict
+    saved_name = settings_dict["NAME"]
+    connections["default"].close()
+    settings_dict["NAME"] = "no_such_database"
     try:
         with pytest.raises(CommandError, match="not ready"):
             call_command("readyz", stdout=io.StringIO())
     finally:
-        app.conf.broker_url = saved
+        connections["default"].close()
+        settings_dict["NAME"] = saved_name

@@ -1,5 +1,6 @@
-"""The settings work through PgBouncer in transaction pooling mode (optional: skipped, with
-the reason, where PgBouncer is not installed; `apt-get install pgbouncer`)."""
+"""The settings work through PgBouncer in transaction pooling mode, and /readyz says so when
+they do not (optional: skipped, with the reason, where PgBouncer is not installed;
+`apt-get install pgbouncer`)."""
 
 import json
 import os
@@ -90,22 +91,42 @@ def test_a_startup_option_is_refused_by_pgbouncer(pgbouncer):
         psycopg.connect(pgbouncer, options="-c lock_timeout=10000", connect_timeout=5)
 
 
-def test_services_and_api_work_through_pgbouncer_in_transaction_mode(pgbouncer):
-    env = {
-        **os.environ,
-        "DATABASE_URL": pgbouncer,
-        "DATABASE_POOLER": "transaction",
-        "DJANGO_SETTINGS_MODULE": "tests.settings",
-    }
+def through(pgbouncer, module: str, **env) -> dict:
+    """Run tests.takeover.<module> with DATABASE_URL at PgBouncer; the JSON it printed."""
     result = subprocess.run(
-        [sys.executable, "-m", "tests.takeover.pooled_flow"],
+        [sys.executable, "-m", f"tests.takeover.{module}"],
         cwd=ROOT,
-        env=env,
+        env={
+            **{k: v for k, v in os.environ.items() if k != "DATABASE_POOLER"},
+            "DATABASE_URL": pgbouncer,
+            "DJANGO_SETTINGS_MODULE": "tests.settings",
+            **env,
+        },
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_services_and_api_work_through_pgbouncer_in_transaction_mode(pgbouncer):
+    seen = through(pgbouncer, "pooled_flow", DATABASE_POOLER="transaction")
     assert seen["statuses"] == [201, 200] * 8
     assert seen["lock_timeout"] == "10s"
+
+
+def test_readyz_is_503_naming_the_setting_behind_pgbouncer_without_it(pgbouncer):
+    """Without DATABASE_POOLER=transaction the application prepares statements, which a
+    transaction pooler hands to other clients: requests would fail with prepared-statement
+    errors while /readyz said ready. It says not ready, and which setting fixes it."""
+    seen = through(pgbouncer, "pooled_readyz")
+    assert seen["status"] == 503
+    body = seen["body"]
+    assert body["failing"] == ["connection"]
+    assert "DATABASE_POOLER=transaction" in body["detail"]
+    assert body["checks"]["database"] == "ok" and body["checks"]["migrations"] == "ok"
+
+    fixed = through(pgbouncer, "pooled_readyz", DATABASE_POOLER="transaction")
+    assert fixed["status"] == 200, fixed
+    assert fixed["body"]["checks"]["connection"] == "ok"
