@@ -5,6 +5,7 @@
 requests, reaps stale runs, emits the time-based notifications (`runs.alerts`), and then
 drains too (actions, reads and notification deliveries), whatever the wake-up flag says:
 that is what bounds the cost of a lost wake-up or a killed worker to one sweep interval.
+`runs.archive` (beat, every ARCHIVE_EVERY when it is set) is the retention archive.
 """
 
 import logging
@@ -15,7 +16,7 @@ from celery.signals import worker_ready, worker_shutting_down
 from core.audit import SWEEPER, request_id_var
 from core.metrics import record_sweep
 
-from . import alerts, dispatch, services
+from . import alerts, dispatch, retention, services
 from .wakeup import wake_workers
 
 logger = logging.getLogger(__name__)
@@ -46,6 +47,16 @@ def sweep(self):
     record_sweep()  # the alert on a dead beat or sweep watches this (README, "Metrics")
     request_id_var.set(self.request.id or "")
     dispatch.drain()
+
+
+@shared_task(name="runs.archive", bind=True)
+def archive(self):
+    """ARCHIVE_EVERY, on beat: the retention archive (runs/retention.py)."""
+    request_id_var.set(self.request.id or "")
+    try:
+        retention.archive_scheduled()
+    except retention.ArchiveBusy:
+        logger.info("archive: another archive is running; this one is skipped")
 
 
 @worker_ready.connect

@@ -57,6 +57,14 @@ def _schedule_sweeps(sender, **kwargs):
         settings.SWEEP_INTERVAL_SECONDS,
         sender.signature("runs.sweep", expires=settings.SWEEP_INTERVAL_SECONDS),
     )
+    if settings.ARCHIVE_EVERY:
+        from core.durations import parse_duration
+
+        every = parse_duration(settings.ARCHIVE_EVERY).total_seconds()
+        sender.add_periodic_task(
+            every,
+            sender.signature("runs.archive", expires=every, queue=settings.ARCHIVE_QUEUE or None),
+        )
 
 
 @worker_init.connect

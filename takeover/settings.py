@@ -357,10 +357,43 @@ CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_QUEUE") or "takeover-" + str(
     DATABASES["default"].get("NAME") or "default"
 )
 
-# Retention (manage.py archive): where archives go, and the connection that may delete audit
-# events: the owner's (DATABASES["owner"]), since the application's role may not.
+# Retention (manage.py archive, runs/retention.py): where archives go, the connection that may
+# delete audit events (the owner's, DATABASES["owner"], since the application's role may
+# not), and the schedule on beat: ARCHIVE_EVERY (e.g. 1d; unset: never) archives what is
+# older than ARCHIVE_OLDER_THAN. ARCHIVE_STORAGE=s3 keeps archives in an S3-compatible
+# bucket (django-storages; credentials from the usual AWS_ACCESS_KEY_ID and
+# AWS_SECRET_ACCESS_KEY, or the machine's role); otherwise in ARCHIVE_DIR, files 0600.
 ARCHIVE_DIR = Path(os.environ.get("ARCHIVE_DIR", VAR_DIR / "archive"))
 ARCHIVE_DATABASE = os.environ.get("ARCHIVE_DATABASE", "owner")
+ARCHIVE_STORAGE = os.environ.get("ARCHIVE_STORAGE", "filesystem")
+ARCHIVE_EVERY = os.environ.get("ARCHIVE_EVERY", "")
+ARCHIVE_OLDER_THAN = os.environ.get("ARCHIVE_OLDER_THAN", "90d")
+# The queue the scheduled archive is sent to (unset: the default one). It runs on the owner's
+# connection: route it to one worker that has DATABASE_OWNER_URL (`-Q <this>`), so that the
+# rest of the fleet never holds the owner's credentials.
+ARCHIVE_QUEUE = os.environ.get("ARCHIVE_QUEUE", "")
+if ARCHIVE_STORAGE == "s3":
+    STORAGES["archive"] = {
+        "BACKEND": "storages.backends.s3.S3Storage",
+        "OPTIONS": {
+            "bucket_name": os.environ.get("ARCHIVE_S3_BUCKET", ""),
+            "location": os.environ.get("ARCHIVE_S3_PREFIX", "takeover"),
+            "endpoint_url": os.environ.get("ARCHIVE_S3_ENDPOINT_URL") or None,
+            "region_name": os.environ.get("ARCHIVE_S3_REGION") or None,
+            # An archive is never overwritten: a name that exists is an error, not a rename.
+            "file_overwrite": False,
+            "querystring_auth": False,
+        },
+    }
+else:
+    STORAGES["archive"] = {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {
+            "location": str(ARCHIVE_DIR),
+            "file_permissions_mode": 0o600,
+            "directory_permissions_mode": 0o700,
+        },
+    }
 
 # Engine tunables.
 SAFE_RETRY_LIMIT = int(os.environ.get("SAFE_RETRY_LIMIT", 1))

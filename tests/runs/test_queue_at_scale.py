@@ -14,11 +14,11 @@ import pytest
 from django.conf import settings
 from django.db import connection, transaction
 
+from bench import loadgen, soak
 from core.models import Role
 from core.services import operator_create, principal_create, tenant_create, tool_create
 from runs import dispatch, services
 from runs.models import Action
-from bench import loadgen, soak
 from tests.builders import SETUP
 from tests.conftest import database_url
 

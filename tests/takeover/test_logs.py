@@ -45,8 +45,8 @@ def json_lines(text: str) -> list[dict]:
     return records
 
 
-def celery_beat(tmp_path, env) -> str:
-    """A real `celery beat`, stopped with SIGTERM once it has sent a sweep; its output."""
+def celery_beat(tmp_path, env, until="runs.sweep") -> str:
+    """A real `celery beat`, stopped with SIGTERM once it has sent `until`; its output."""
     log = tmp_path / f"beat-{len(env)}.log"
     with open(log, "w") as out:
         process = subprocess.Popen(
@@ -66,7 +66,7 @@ def celery_beat(tmp_path, env) -> str:
             stderr=subprocess.STDOUT,
         )
     deadline = time.monotonic() + 60
-    while "runs.sweep" not in log.read_text() and time.monotonic() < deadline:
+    while f"({until})" not in log.read_text() and time.monotonic() < deadline:
         time.sleep(0.2)
     process.terminate()
     process.wait(20)
