@@ -3,7 +3,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import bulk, notifications, signin, tokens, views
+from . import bulk, notifications, signin, sso, tokens, views
 
 app_name = "console"
 
@@ -11,6 +11,8 @@ urlpatterns = [
     path("", views.queue, name="queue"),
     path("login/", signin.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("sso/start/", sso.start, name="sso_start"),
+    path("sso/callback/", sso.callback, name="sso_callback"),
     path("tenant/", views.switch_tenant, name="switch_tenant"),
     path("search/", views.search, name="search"),
     path("nav-counts/", views.nav_counts, name="nav_counts"),

@@ -141,6 +141,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "console.context_processors.scope",
+                "console.sso.context",
             ],
         },
     },
@@ -214,11 +215,33 @@ DATABASES["default"]["TEST"] = {"MIRROR": "owner"}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Sign-in throttling (console/signin.py): AxesStandaloneBackend refuses a locked-out account
-# or address before ModelBackend hashes anything.
+# or address before the password backend hashes anything. The password backend is Django's,
+# off while single sign-on is on except for the break-glass admin (console/sso.py).
 AUTHENTICATION_BACKENDS = [
     "console.signin.ThrottledBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    "console.sso.PasswordBackend",
 ]
+# Single sign-on for the console (console/sso.py): OpenID Connect, on when OIDC_RP_CLIENT_ID is
+# set. The endpoints are the provider's (its /.well-known/openid-configuration lists them);
+# OIDC_GROUP_ROLES maps its groups to a tenant and a role: "group=tenant:role, ...".
+OIDC_RP_CLIENT_ID = os.environ.get("OIDC_RP_CLIENT_ID", "")
+OIDC_RP_CLIENT_SECRET = os.environ.get("OIDC_RP_CLIENT_SECRET", "")
+OIDC_OP_ISSUER = os.environ.get("OIDC_OP_ISSUER", "")
+OIDC_OP_AUTHORIZATION_ENDPOINT = os.environ.get("OIDC_OP_AUTHORIZATION_ENDPOINT", "")
+OIDC_OP_TOKEN_ENDPOINT = os.environ.get("OIDC_OP_TOKEN_ENDPOINT", "")
+OIDC_OP_USER_ENDPOINT = os.environ.get("OIDC_OP_USER_ENDPOINT", "")
+OIDC_OP_JWKS_ENDPOINT = os.environ.get("OIDC_OP_JWKS_ENDPOINT", "")
+OIDC_RP_SIGN_ALGO = os.environ.get("OIDC_RP_SIGN_ALGO", "RS256")
+OIDC_RP_SCOPES = os.environ.get("OIDC_RP_SCOPES", "openid email profile groups")
+OIDC_GROUPS_CLAIM = os.environ.get("OIDC_GROUPS_CLAIM", "groups")
+OIDC_GROUP_ROLES = os.environ.get("OIDC_GROUP_ROLES", "")
+SSO_PROVIDER_NAME = os.environ.get("SSO_PROVIDER_NAME", "single sign-on")
+OIDC_USE_PKCE = True
+OIDC_TIMEOUT = env_float("OIDC_TIMEOUT_SECONDS", 10)
+OIDC_AUTHENTICATION_CALLBACK_URL = "console:sso_callback"
+SSO_ENABLED = bool(OIDC_RP_CLIENT_ID)
+if SSO_ENABLED:
+    AUTHENTICATION_BACKENDS.append("console.sso.SsoBackend")
 AXES_FAILURE_LIMIT = int(os.environ.get("SIGNIN_FAILURE_LIMIT", 5))
 AXES_COOLOFF_TIME = timedelta(minutes=env_float("SIGNIN_LOCKOUT_MINUTES", 15))
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # either one: per account, per address
