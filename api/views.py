@@ -189,6 +189,12 @@ def runs(request):
         return page(request, qs, many=selectors.run_resources)
     principal = require_principal(request)
     if request.content_type.startswith("multipart/"):
+        for name in ("trigger", "session_id", "config"):
+            if name in request.FILES:
+                raise ValidationFailed(
+                    f"{name} is a file part.",
+                    {name: ["Send it as a plain form field; only input_file is a file."]},
+                )
         data = {k: request.data.get(k) for k in ("trigger", "session_id") if k in request.data}
         if "config" in request.data:
             try:
