@@ -63,6 +63,9 @@ urlpatterns = [
     path("tools", views.tools, name="tools"),
     path("tools/<tool:name>", views.tool_detail, name="tool"),
     path("tools/<tool:name>/declaration", views.tool_declaration, name="tool-declaration"),
+    path(
+        "tools/<tool:name>/rotate-secret", views.tool_rotate_secret_view, name="tool-rotate-secret"
+    ),
     path("principals", views.principals, name="principals"),
     path("tokens", views.tokens, name="tokens"),
     path("tokens/<uuid:pk>/revoke", views.token_revoke_view, name="token-revoke"),
