@@ -140,6 +140,17 @@ class ToolIn(serializers.Serializer):
     timeout_seconds = StrictFloatField(min_value=0.1, max_value=300, required=False, default=10)
 
 
+class ToolRotateSecretIn(serializers.Serializer):
+    overlap_seconds = StrictFloatField(
+        required=False,
+        default=0,
+        min_value=0,
+        max_value=7 * 24 * 3600,
+        help_text="How long requests are still signed with the old secret too (0: stop now).",
+    )
+    reason = StrictCharField(required=False, allow_blank=True, default="", max_length=5000)
+
+
 class ToolDeclareIn(serializers.Serializer):
     """Change a tool's declarations: name at least one of `effect` and `lookup`."""
 

@@ -42,6 +42,7 @@ from core.services import (
     tokens_manageable,
     tool_create,
     tool_declare,
+    tool_rotate_secret,
 )
 from ledger.selectors import ledger_entries_of, ledger_entry_for
 from ledger.services import ledger_revoke
@@ -189,6 +190,12 @@ def runs(request):
         return page(request, qs, many=selectors.run_resources)
     principal = require_principal(request)
     if request.content_type.startswith("multipart/"):
+        for name in ("trigger", "session_id", "config"):
+            if name in request.FILES:
+                raise ValidationFailed(
+                    f"{name} is a file part.",
+                    {name: ["Send it as a plain form field; only input_file is a file."]},
+                )
         data = {k: request.data.get(k) for k in ("trigger", "session_id") if k in request.data}
         if "config" in request.data:
             try:
@@ -870,7 +877,7 @@ def audit(request):
     methods=["POST"],
     operation_id="tools_create",
     request=s.ToolIn,
-    responses={**ok(201, o.ToolOut), **errors_for(409, 411, 413, 415)},
+    responses={**ok(201, o.ToolCreatedOut), **errors_for(409, 411, 413, 415)},
 )
 @api_view(["GET", "POST"])
 def tools(request):
@@ -882,7 +889,7 @@ def tools(request):
     caller = require_operator(request, Role.ADMIN)
     fields = valid(s.ToolIn, body_object(request))
     tool = tool_create(tenant=caller.tenant, actor=caller.actor, **fields)
-    return Response(present.tool_dict(tool), status=201)
+    return Response(present.tool_dict(tool, with_secret=True), status=201)
 
 
 def get_tool_for(caller, name) -> Tool:
@@ -904,6 +911,26 @@ def tool_detail(request, name):
     caller = request.user
     tool = get_tool_for(caller, name)
     return Response(present.tool_dict(tool, with_url=not caller.is_principal))
+
+
+@extend_schema(
+    operation_id="tools_rotate_secret",
+    request=s.ToolRotateSecretIn,
+    responses={
+        **ok(201, o.ToolCreatedOut, "The tool, with its new signing secret, shown this once."),
+        **errors_for(404, 411, 413, 415),
+    },
+)
+@api_view(["POST"])
+def tool_rotate_secret_view(request, name):
+    """A new signing secret for the tool (admin, audited as `tool.rotate_secret`). With
+    `overlap_seconds`, requests carry a signature with the old secret too until then, so the
+    tool can switch without refusing a call."""
+    caller = require_operator(request, Role.ADMIN)
+    tool = get_tool_for(caller, name)
+    fields = valid(s.ToolRotateSecretIn, body_object(request))
+    tool = tool_rotate_secret(tool, actor=caller.actor, **fields)
+    return Response(present.tool_dict(tool, with_secret=True), status=201)
 
 
 @extend_schema(

@@ -10,7 +10,16 @@ from django.utils import timezone
 from .audit import Actor, Verb, audit
 from .egress import validate_base_url
 from .errors import PermissionDenied, StateConflict, ValidationFailed
-from .models import ApiToken, Membership, Principal, Role, Tenant, Tool, ToolEffect
+from .models import (
+    ApiToken,
+    Membership,
+    Principal,
+    Role,
+    Tenant,
+    Tool,
+    ToolEffect,
+    new_signing_secret,
+)
 
 
 def tenant_create(*, slug: str, name: str = "", actor: Actor) -> Tenant:
@@ -287,6 +296,47 @@ def tokens_manageable(tenant: Tenant, admin_user=None, *, own: bool = False):
         elsewhere = Membership.objects.exclude(tenant__in=admin_of).values("user")
         operators &= ~Q(user__in=elsewhere) | Q(user=admin_user)
     return tokens.filter(Q(principal__tenant=tenant) | operators)
+
+
+def tool_rotate_secret(
+    tool: Tool, *, actor: Actor, overlap_seconds: float = 0, reason: str = ""
+) -> Tool:
+    """A new signing secret for `tool`, returned on the tool (`tool.signing_secret`) to be
+    shown once. With `overlap_seconds`, requests are signed with the previous secret too
+    until then, so that the tool can switch without refusing a call; without, the old one
+    stops at once. Admin only, audited (never the secrets themselves)."""
+    actor.require(Role.ADMIN)
+    if not 0 <= overlap_seconds <= 7 * 24 * 3600:
+        raise ValidationFailed(
+            "Overlap out of range.", {"overlap_seconds": ["Between 0 and 7 days."]}
+        )
+    now = timezone.now()
+    with transaction.atomic():
+        tool = Tool.objects.select_for_update(no_key=True).get(pk=tool.pk)
+        until = now + timedelta(seconds=overlap_seconds) if overlap_seconds else None
+        tool.previous_signing_secret = tool.signing_secret if until else ""
+        tool.previous_secret_expires_at = until
+        tool.signing_secret = new_signing_secret()
+        tool.signing_secret_created_at = now
+        tool.save(
+            update_fields=[
+                "previous_signing_secret",
+                "previous_secret_expires_at",
+                "signing_secret",
+                "signing_secret_created_at",
+            ]
+        )
+        audit(
+            actor=actor,
+            verb=Verb.TOOL_ROTATE_SECRET,
+            obj=tool,
+            after={
+                "secret_created_at": now.isoformat(),
+                "previous_expires_at": until.isoformat() if until else None,
+            },
+            reason=reason,
+        )
+    return tool
 
 
 def _check_declaration(effect: str, lookup: bool, requires_approval: bool) -> None:

@@ -13,10 +13,10 @@ from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from core.errors import PermissionDenied
 from core.models import ApiToken, AuditEvent, Role
 from core.services import operator_create
 from tests.builders import SETUP
-from core.errors import PermissionDenied
 from tests.conftest import problem
 
 
