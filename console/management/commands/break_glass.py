@@ -40,14 +40,7 @@ class Command(BaseCommand):
                     tenant=tenant, username=username, role=Role.ADMIN, password=password, actor=CLI
                 )
                 BreakGlass.objects.get_or_create(user=user)
-                audit(
-                    actor=CLI,
-                    verb=Verb.OPERATOR_BREAK_GLASS,
-                    obj=user,
-                    object_type="user",
-                    tenant=tenant,
-                    after={"username": username, "password_sign_in": True},
-                )
+                audited(user, tenant, password_sign_in=True)
         except DomainError as exc:
             raise CommandError(exc.detail) from exc
         self.stdout.write(password)
@@ -60,12 +53,16 @@ class Command(BaseCommand):
             BreakGlass.objects.filter(user=user).delete()
             user.set_unusable_password()
             user.save(update_fields=["password"])
-            audit(
-                actor=CLI,
-                verb=Verb.OPERATOR_BREAK_GLASS,
-                obj=user,
-                object_type="user",
-                tenant=tenant,
-                after={"username": username, "password_sign_in": False},
-            )
+            audited(user, tenant, password_sign_in=False)
         self.stdout.write(f"{username} can no longer sign in with a password.")
+
+
+def audited(user, tenant, *, password_sign_in: bool) -> None:
+    audit(
+        actor=CLI,
+        verb=Verb.OPERATOR_BREAK_GLASS,
+        obj=user,
+        object_type="user",
+        tenant=tenant,
+        after={"username": user.username, "password_sign_in": password_sign_in},
+    )
