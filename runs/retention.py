@@ -98,7 +98,7 @@ class ArchiveBusy(Exception):
 class ArchiveResult:
     archive_id: str
     cutoff: str
-    location: str | None  # where the archive is, once it is complete
+    location: str | None  # where the archive is, once it is complete (None: nothing to archive)
     counts: dict[str, int] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)  # name → sha256
     more: bool = False  # the limit was reached: run it again
@@ -296,6 +296,8 @@ def archive(
                 result.counts[name], result.files[f"{name}.jsonl.gz"] = count, digest
                 written[name] = ids
             result.more = len(run_ids) >= limit or result.counts["audit_events"] >= limit
+            if not any(result.counts.values()):
+                return result  # nothing is old enough: no empty archive, no audit record
             manifest = {
                 "archive_id": archive_id,
                 "tenant": tenant.slug if tenant is not None else None,
@@ -353,6 +355,9 @@ def archive_scheduled() -> list[ArchiveResult]:
             using=settings.ARCHIVE_DATABASE,
         )
         results.append(result)
+        if result.location is None:
+            logger.info("archive: nothing older than %s", settings.ARCHIVE_OLDER_THAN)
+            break
         logger.info(
             "archived to %s: %s",
             result.location,

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from bench.management.commands.bench_queue import database_url as url_for
 from core.models import AuditEvent
-from runs import dispatch, tasks
+from runs import dispatch
 from runs.models import Action, Run
 from tests.conftest import free_port, start_downstream
 from tests.takeover.test_logs import celery_beat
@@ -104,14 +104,15 @@ def test_an_archive_round_trip_to_an_s3_compatible_server(world, settled_run, s3
     endpoint, client = s3
     run, action = settled_run
     s3_storage(settings, endpoint)
-    settings.ARCHIVE_OLDER_THAN = "90d"
+    out = io.StringIO()
     with later():
-        tasks.archive.apply().get()  # what beat's ARCHIVE_EVERY sends to a worker
+        call_command("archive", "--older-than", "90d", "--tenant", world.tenant.slug, stdout=out)
+    assert f"archived to s3://{BUCKET}/takeover/" in out.getvalue()
 
     # The rows are gone, and the audit log records where they went.
     assert not Run.objects.filter(pk=run["id"]).exists()
     assert not Action.objects.filter(pk=action["id"]).exists()
-    record = AuditEvent.objects.filter(verb="audit.archive").latest("at")
+    record = AuditEvent.objects.get(verb="audit.archive", tenant=world.tenant)
     location = record.after["location"]
     assert location == f"s3://{BUCKET}/takeover/{record.object_id}/"
 

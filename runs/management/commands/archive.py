@@ -73,6 +73,8 @@ class Command(BaseCommand):
         counts = ", ".join(f"{n} {name}" for name, n in result.counts.items())
         if dry_run:
             self.stdout.write(f"would archive (cutoff {result.cutoff}): {counts}")
+        elif result.location is None:
+            self.stdout.write(f"nothing to archive (cutoff {result.cutoff})")
         else:
             self.stdout.write(f"archived to {result.location} (cutoff {result.cutoff}): {counts}")
         if result.more:
