@@ -11,8 +11,7 @@ from django.contrib.auth import get_user_model
 from django.db.models import Q
 from django.http import Http404
 from django.utils import timezone
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiRequest, OpenApiResponse, extend_schema
 from rest_framework.decorators import api_view, parser_classes
 from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
@@ -139,13 +138,31 @@ def page(request, qs, present_one=None, *, many=None, newest_first=True, field="
     return Response({"results": results, "next": next_cursor})
 
 
-def csv_param(request, name, allowed=None) -> list[str]:
-    values = [v for v in request.query_params.get(name, "").split(",") if v]
+def csv_param(request, name, allowed=None, pattern=None) -> list[str]:
+    """A comma-separated query parameter (`o.csv_query`): values of `allowed`, or each
+    matching `pattern`; `name=` names nothing and is a 400, like any value outside."""
+    raw = request.query_params.get(name)
+    if raw == "":
+        raise ValidationFailed(f"Empty {name}.", {name: ["Name at least one, or leave it out."]})
+    values = (raw or "").split(",") if raw else []
     if allowed is not None and (bad := [v for v in values if v not in allowed]):
         raise ValidationFailed(
             f"Unknown {name}.", {name: [f"{', '.join(bad)} not in {', '.join(allowed)}."]}
         )
+    if pattern is not None and (bad := [v for v in values if not re.fullmatch(pattern, v)]):
+        raise ValidationFailed(f"Bad {name}.", {name: [f"Not a name: {', '.join(bad)}."]})
     return values
+
+
+JSON_NUMBER = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
+
+
+def choice_param(request, name, allowed) -> str | None:
+    """One value of `allowed`, or None when absent; anything else is a 400 naming it."""
+    value = request.query_params.get(name)
+    if value is not None and value not in allowed:
+        raise ValidationFailed(f"Unknown {name}.", {name: [f"One of {', '.join(allowed)}."]})
+    return value
 
 
 # --- who am I ---------------------------------------------------------------------------
@@ -177,7 +194,10 @@ def me(request):
 @extend_schema(
     methods=["POST"],
     operation_id="runs_start",
-    request={"application/json": s.RunStartIn, "multipart/form-data": o.RunStartMultipartIn},
+    request={
+        "application/json": s.RunStartIn,
+        "multipart/form-data": OpenApiRequest(o.RunStartMultipartIn, encoding=o.RUN_START_ENCODING),
+    },
     responses={**ok(201, o.RunDetailOut), **errors_for(411, 413, 415)},
 )
 @api_view(["GET", "POST"])
@@ -185,7 +205,7 @@ def me(request):
 def runs(request):
     if request.method == "GET":
         qs = selectors.runs_of(request.user)
-        if statuses := csv_param(request, "status"):
+        if statuses := csv_param(request, "status", RunStatus.values):
             qs = qs.filter(status__in=statuses)
         return page(request, qs, many=selectors.run_resources)
     principal = require_principal(request)
@@ -204,9 +224,9 @@ def runs(request):
                 raise refused(exc) from exc
         if "input_file" in request.FILES:
             data["input_file"] = request.FILES["input_file"]
+        fields = valid(s.RunStartUploadIn, data)
     else:
-        data = body_object(request)
-    fields = valid(s.RunStartIn, data)
+        fields = valid(s.RunStartIn, body_object(request))
     upload = fields.get("input_file")
     if upload is not None and upload.size > settings.MAX_INPUT_FILE_BYTES:
         return problem(
@@ -316,10 +336,16 @@ def run_replay(request, pk):
     return Response(selectors.run_resource(new_run), status=201)
 
 
+FORCE_REQUEST_STATES = ["pending", "confirmed", "rejected"]
+
+
 @extend_schema(
     operation_id="force_replay_requests_list",
     request=None,
-    parameters=[o.csv_query("state", "pending, confirmed or rejected"), o.CURSOR],
+    parameters=[
+        o.csv_query("state", "Only requests in these states.", FORCE_REQUEST_STATES),
+        o.CURSOR,
+    ],
     responses={**ok(200, o.page_of(o.ForceReplayRequestOut)), **errors_for()},
 )
 @api_view(["GET"])
@@ -327,7 +353,7 @@ def force_replay_requests(request):
     """Four-eyes force replays, newest first; `?state=pending` for those waiting. Admin."""
     caller = require_operator(request, Role.ADMIN)
     qs = ForceReplayRequest.objects.filter(tenant=caller.tenant)
-    if states := csv_param(request, "state", ["pending", "confirmed", "rejected"]):
+    if states := csv_param(request, "state", FORCE_REQUEST_STATES):
         qs = qs.filter(state__in=states)
     return page(request, qs, services.force_request_dict)
 
@@ -539,7 +565,7 @@ def action_view_for(caller, pk):
             "Hold the request up to this many seconds (0–30) while the action is queued, "
             "dispatching or unknown. Over the server's cap of concurrent waits it answers "
             "at once with the current state and `Retry-After` (seconds before asking again).",
-            OpenApiTypes.NUMBER,
+            {"type": "number", "minimum": 0, "maximum": 30},
         )
     ],
     responses={
@@ -553,8 +579,10 @@ def action_detail(request, pk):
     wait = request.query_params.get("wait")
     if wait is not None:
         try:
-            if not re.fullmatch(r"\d{1,2}(\.\d{1,6})?", wait):
-                raise ValueError  # float() would also take "1_0", "nan", " 5", "1e1"
+            # A JSON number (what the schema's `number` means); float() alone would also
+            # take "1_0", "nan", " 5".
+            if len(wait) > 32 or not JSON_NUMBER.fullmatch(wait):
+                raise ValueError
             seconds = float(wait)
             if not 0 <= seconds <= settings.ACTION_WAIT_MAX_SECONDS:
                 raise ValueError
@@ -657,7 +685,7 @@ def idempotency_conflicts(request):
     request=None,
     parameters=[
         o.csv_query("state", "Default: all four.", OPEN_FOR_HUMANS),
-        o.csv_query("tool", "Only these tools (names)."),
+        o.csv_query("tool", "Only these tools (names).", pattern=o.TOOL_NAME),
         o.query("order", "`oldest` for oldest first (the console's order).", enum=["oldest"]),
         o.CURSOR,
     ],
@@ -668,14 +696,14 @@ def queue(request):
     caller = require_operator(request)
     states = csv_param(request, "state", OPEN_FOR_HUMANS) or OPEN_FOR_HUMANS
     # Acknowledged blocked actions have left the queue; GET /actions/{id} still has them.
-    tools = csv_param(request, "tool")
+    tools = csv_param(request, "tool", pattern=o.TOOL_NAME)
     qs = selectors.open_queue(
         caller.tenant_ids,
         states=states,
         tool_ids=selectors.tool_ids(caller.tenant_ids, tools) if tools else None,
     )
     qs = selectors.with_attempts_and_reads(qs)
-    oldest = request.query_params.get("order") == "oldest"
+    oldest = choice_param(request, "order", ["oldest"]) == "oldest"
     return page(request, qs, present.action_dict, newest_first=not oldest)
 
 
@@ -1005,7 +1033,10 @@ def _expiry(seconds):
     methods=["GET"],
     operation_id="tokens_list",
     request=None,
-    parameters=[o.query("state", "active, revoked or expired"), o.query("cursor", "page")],
+    parameters=[
+        o.query("state", "Only tokens in this state.", enum=["active", "revoked", "expired"]),
+        o.CURSOR,
+    ],
     responses={**ok(200, o.page_of(o.TokenOut)), **errors_for()},
 )
 @extend_schema(
@@ -1021,7 +1052,7 @@ def tokens(request):
     caller = require_operator(request)
     if request.method == "GET":
         qs = _tokens_visible(caller)
-        if state := request.query_params.get("state"):
+        if state := choice_param(request, "state", ["active", "revoked", "expired"]):
             now = timezone.now()
             live = Q(revoked_at__isnull=True) & (Q(expires_at__isnull=True) | Q(expires_at__gt=now))
             filters = {
@@ -1029,10 +1060,6 @@ def tokens(request):
                 "revoked": Q(revoked_at__isnull=False),
                 "expired": Q(revoked_at__isnull=True, expires_at__lte=now),
             }
-            if state not in filters:
-                raise ValidationFailed(
-                    "Unknown state.", {"state": ["One of active, revoked, expired."]}
-                )
             qs = qs.filter(filters[state])
         return page(request, qs, present.token_dict)
     fields = valid(s.TokenIn, body_object(request))
@@ -1143,7 +1170,7 @@ def _bulk_args(request, serializer):
 
 @extend_schema(
     operation_id="bulk_preview",
-    request=s.BulkIn,
+    request=o.BulkIn,
     responses={**ok(200, o.BulkPlanOut), **errors_for(411, 413, 415)},
 )
 @api_view(["POST"])
@@ -1159,7 +1186,7 @@ def bulk_preview(request):
 
 @extend_schema(
     operation_id="bulk_apply",
-    request=s.BulkApplyIn,
+    request=o.BulkApplyIn,
     responses={**ok(200, o.BulkResultOut), **errors_for(409, 411, 413, 415)},
 )
 @api_view(["POST"])

@@ -296,6 +296,10 @@ SPECTACULAR_SETTINGS = {
     # Every body is JSON; only POST /runs also takes multipart (declared on the view).
     "PARSER_WHITELIST": ["rest_framework.parsers.JSONParser"],
     "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "api.schema.request_rules",
+    ],
     "ENUM_NAME_OVERRIDES": {
         "ActionStateEnum": "runs.states.ActionState",
         "RunStatusEnum": "runs.states.RunStatus",
@@ -305,6 +309,10 @@ SPECTACULAR_SETTINGS = {
         "TokenStateEnum": ["active", "revoked", "expired"],
         "BulkItemKindEnum": ["action", "run"],
         "ResolveOutcomeEnum": ["succeeded", "failed"],
+        # The branches of a bulk body (api/schema.py, BulkIn).
+        "BulkResolveEnum": ["resolve"],
+        "BulkRecheckEnum": ["recheck"],
+        "BulkReplayEnum": ["replay"],
         # The problem `type` values each error status can carry (api/schema.py).
         **{
             "Problem" + "".join(s.title().replace("-", "") for s in slugs) + "TypeEnum": [
