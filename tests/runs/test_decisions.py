@@ -17,10 +17,10 @@ from ..conftest import problem
 
 
 def _blocked(world):
-    from runs import services
+    from runs import decisions
 
     action = make_awaiting(world)
-    services.approval_request_deny(
+    decisions.approval_request_deny(
         action.approval_request, reason="no", actor=operator_actor(world.approver)
     )
     return Action.objects.get(pk=action.pk)
@@ -74,11 +74,11 @@ def test_bad_acknowledge_note_is_a_400_naming_the_field(world):
 
 
 def test_resolving_the_only_call_as_failed_makes_the_replay_safe(world):
-    from runs import services
+    from runs import runtime
 
     run = start_run(world)
     action = make_needs_human(world, run=run)
-    services.run_finish(run, status="error", tools_called=["update_ticket"], actor=agent_of(world))
+    runtime.run_finish(run, status="error", tools_called=["update_ticket"], actor=agent_of(world))
     admin = world.admin.client()
     refused = admin.post(f"/api/v1/runs/{run.pk}/replay", {}, format="json")
     assert refused.status_code == 409
@@ -101,15 +101,15 @@ def test_resolving_the_only_call_as_failed_makes_the_replay_safe(world):
 
 
 def test_a_call_resolved_as_succeeded_stays_at_risk(world):
-    from runs import services
+    from runs import decisions, runtime
 
     run = start_run(world)
     first = make_needs_human(world, run=run)
     second = make_needs_human(world, run=run)
-    services.run_finish(run, status="error", tools_called=None, actor=agent_of(world))
+    runtime.run_finish(run, status="error", tools_called=None, actor=agent_of(world))
     oncall = operator_actor(world.oncall)
-    services.action_resolve(first, outcome="failed", reason="not applied", actor=oncall)
-    services.action_resolve(second, outcome="succeeded", reason="applied", actor=oncall)
+    decisions.action_resolve(first, outcome="failed", reason="not applied", actor=oncall)
+    decisions.action_resolve(second, outcome="succeeded", reason="applied", actor=oncall)
     verdict = world.admin.client().get(f"/api/v1/runs/{run.pk}").json()["replay_verdict"]
     assert verdict["allowed"] is False
     assert verdict["tools_at_risk"] == ["update_ticket"] and verdict["not_applied"] == []
@@ -140,7 +140,7 @@ def test_propose_keeps_the_agents_reason_outside_the_fingerprint(world):
 def test_resolve_on_a_stale_read_is_refused_and_the_read_is_recorded(world, settings):
     import time
 
-    from runs import dispatch
+    from runs import decisions
 
     action = make_needs_human(world)
     oncall = world.oncall.client()
@@ -154,7 +154,7 @@ def test_resolve_on_a_stale_read_is_refused_and_the_read_is_recorded(world, sett
 
     settings.RESOLVE_READ_MAX_AGE_SECONDS = 60
     old_read = action.reconciliations.order_by("at").last()
-    dispatch.action_reconcile(action.pk, actor=operator_actor(world.oncall), manual=True)
+    decisions.action_recheck(action.pk, actor=operator_actor(world.oncall))
     fresh = action.reconciliations.order_by("at", "id").last()
     assert fresh.pk != old_read.pk
     behind = oncall.post(
@@ -263,7 +263,7 @@ def test_every_idempotency_conflict_is_recorded_with_both_intents(world):
 
 
 def test_approval_sla_is_a_tenant_setting_and_an_expiring_request_fails_closed(world):
-    from runs import services
+    from runs import decisions
     from runs.models import Action
 
     admin = world.admin.client()
@@ -276,7 +276,7 @@ def test_approval_sla_is_a_tenant_setting_and_an_expiring_request_fails_closed(w
     action = make_awaiting(world)
     request = action.approval_request
     type(request).objects.filter(pk=request.pk).update(expires_at=request.created_at)
-    services.approval_requests_expire(actor=operator_actor(world.admin))
+    decisions.approval_requests_expire(actor=operator_actor(world.admin))
     blocked = Action.objects.get(pk=action.pk)
     assert (blocked.state, blocked.block_reason) == ("blocked", "approval_expired")
     seen = world.agent.client().get(f"/api/v1/actions/{action.pk}").json()

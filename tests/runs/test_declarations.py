@@ -473,7 +473,7 @@ def test_unsafe_never_moves_back_past_the_boundary_by_table():
 def test_a_resend_is_refused_once_the_tool_is_declared_unsafe(w, billing_server):
     """The claim re-reads the declaration under a lock: a change made after a worker decided
     to resend, but before its claim, wins."""
-    from runs.services import action_resend_start
+    from runs.engine.reconcile import action_resend_start
 
     billing, tool, action_id = unknown_out_of_reach(w, billing_server)
     stale = Action.objects.select_related("tool").get(pk=action_id)
@@ -495,7 +495,7 @@ def test_a_resend_whose_worker_was_lost_comes_back_through_its_lease(w, billing_
 
     from django.utils import timezone
 
-    from runs.services import action_resend_start
+    from runs.engine.reconcile import action_resend_start
 
     billing, tool, action_id = unknown_out_of_reach(w, billing_server)
     Tool.objects.filter(pk=tool.pk).update(effect="idempotent")

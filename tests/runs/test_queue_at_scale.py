@@ -16,7 +16,8 @@ from django.db import connection, transaction
 
 from core.models import Role
 from core.services import operator_create, principal_create, tenant_create, tool_create
-from runs import dispatch, services
+from runs import propose, runtime
+from runs.engine import dispatch, leases
 from runs.models import Action
 from takeover import loadgen
 from tests.builders import SETUP
@@ -282,9 +283,9 @@ def test_a_burst_of_one_tenant_does_not_starve_another(live_db, downstream):
     with transaction.atomic():
         expected_b = None
         for principal, tool, count in proposals:
-            run = services.run_start(principal=principal, trigger="api", config={}, actor=SETUP)
+            run = runtime.run_start(principal=principal, trigger="api", config={}, actor=SETUP)
             for i in range(count):
-                action, _, _ = services.action_propose(
+                action, _, _ = propose.action_propose(
                     run=run,
                     tool=tool,
                     target=f"t{i}",
@@ -302,7 +303,7 @@ def test_a_burst_of_one_tenant_does_not_starve_another(live_db, downstream):
             .distinct()
             .count()
         )
-        claimed = dispatch.lease_queued(8 + others)
+        claimed = leases.lease_queued(8 + others)
         claimed_ids = {action.pk for action, _ in claimed}
         from_a = sum(1 for action, _ in claimed if action.tenant_id == a.pk)
         transaction.set_rollback(True)

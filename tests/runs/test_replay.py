@@ -13,9 +13,9 @@ from django.db import connections
 from django.utils import timezone
 
 from core.models import AuditEvent
-from runs import dispatch
+from runs.engine import dispatch
 from runs.models import Run
-from runs.services import runs_reap_stale
+from runs.runtime import runs_reap_stale
 
 from ..builders import SETUP
 from ..conftest import problem
