@@ -4,11 +4,13 @@ engine (services, dispatch over HTTP to the demo downstream, reconciliation), ne
 writing a state column (docs/design.md, "Other state machines").
 """
 
+import threading
 import time
 import uuid
 from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
+from django.db import connections
 from rest_framework.test import APIClient
 
 from core.audit import Actor
@@ -319,3 +321,30 @@ def make_resent(world, *, run=None, target=None):
     action = propose(world, run, t, target, {"subject": "Renewal", "body": "Hello again."})
     dispatch.action_dispatch(action.pk)
     return _reconcile_until(action.pk, {"succeeded"})
+
+
+# --- races ---------------------------------------------------------------------------------
+
+
+def race(n, fn):
+    """Run fn(i) in n threads released together; each thread uses its own DB connection."""
+    barrier = threading.Barrier(n)
+    results = [None] * n
+    errors = []
+
+    def body(i):
+        try:
+            barrier.wait(10)
+            results[i] = fn(i)
+        except Exception as exc:  # surfaced below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    return results

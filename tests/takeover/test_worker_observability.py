@@ -3,7 +3,7 @@ JSON log line, the audit events and the tool's traceparent; and the worker's own
 
 These tests start a worker of their own and stop it when the module ends. The suite's
 session-wide worker, started this early, would keep draining the test database while later
-tests run stacks of their own on it (tests/runs/test_queue_at_scale.py)."""
+tests run stacks of their own on it (tests/runs/engine/test_queue_at_scale.py)."""
 
 import json
 import os
