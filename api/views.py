@@ -45,15 +45,16 @@ from core.services import (
 )
 from ledger.selectors import ledger_entries_of, ledger_entry_for
 from ledger.services import ledger_revoke
-from runs import dispatch, selectors, services
+from runs import decisions, replay, runtime, selectors
 from runs import presenters as present
 from runs.models import (
     ForceReplayRequest,
     IdempotencyConflict,
     Replay,
 )
-from runs.notify import WaitRefused, waiters
+from runs.propose import action_propose
 from runs.states import IN_PROGRESS, OPEN_FOR_HUMANS, RunStatus
+from runs.waits import WaitRefused, waiters
 
 from . import schema as o
 from . import serializers as s
@@ -235,7 +236,7 @@ def runs(request):
             413,
             f"input_file is larger than {settings.MAX_INPUT_FILE_BYTES} bytes.",
         )
-    run = services.run_start(
+    run = runtime.run_start(
         principal=principal,
         trigger=fields["trigger"],
         config=fields["config"],
@@ -264,7 +265,7 @@ def run_detail(request, pk):
 @api_view(["POST"])
 def run_heartbeat(request, pk):
     require_principal(request)
-    run = services.run_heartbeat(selectors.run_for(request.user, pk), actor=request.user.actor)
+    run = runtime.run_heartbeat(selectors.run_for(request.user, pk), actor=request.user.actor)
     return Response(selectors.run_resource(run, with_actions=False))
 
 
@@ -278,7 +279,7 @@ def run_finish(request, pk):
     require_principal(request)
     run = selectors.run_for(request.user, pk)
     fields = valid(s.RunFinishIn, body_object(request))
-    run = services.run_finish(run, actor=request.user.actor, **fields)
+    run = runtime.run_finish(run, actor=request.user.actor, **fields)
     return Response(selectors.run_resource(run))
 
 
@@ -294,7 +295,7 @@ def run_finish(request, pk):
 @api_view(["POST"])
 def run_claim(request):
     principal = require_principal(request)
-    run = services.run_claim(principal=principal, actor=request.user.actor)
+    run = runtime.run_claim(principal=principal, actor=request.user.actor)
     if run is None:
         return Response(status=204)
     return Response(selectors.run_resource(run))
@@ -326,13 +327,13 @@ def run_replay(request, pk):
                 "A forced replay needs a reason.", {"reason": ["Required when force is true."]}
             )
     if fields["force"]:
-        new_run, waiting = services.run_force_replay(
+        new_run, waiting = replay.run_force_replay(
             run, reason=fields["reason"].strip(), actor=caller.actor
         )
         if waiting is not None:
-            return Response(services.force_request_dict(waiting), status=202)
+            return Response(present.force_request_dict(waiting), status=202)
     else:
-        new_run = services.run_replay(run, force=False, reason="", actor=caller.actor)
+        new_run = replay.run_replay(run, force=False, reason="", actor=caller.actor)
     return Response(selectors.run_resource(new_run), status=201)
 
 
@@ -355,7 +356,7 @@ def force_replay_requests(request):
     qs = ForceReplayRequest.objects.filter(tenant=caller.tenant)
     if states := csv_param(request, "state", FORCE_REQUEST_STATES):
         qs = qs.filter(state__in=states)
-    return page(request, qs, services.force_request_dict)
+    return page(request, qs, present.force_request_dict)
 
 
 @extend_schema(
@@ -366,7 +367,7 @@ def force_replay_requests(request):
 def force_replay_confirm(request, pk):
     """A second admin confirms: 201 with the new run. 409 for the requester themselves."""
     caller = require_operator(request, Role.ADMIN)
-    new_run = services.force_replay_confirm(
+    new_run = replay.force_replay_confirm(
         selectors.force_request_for(caller, pk), actor=caller.actor
     )
     return Response(selectors.run_resource(new_run), status=201)
@@ -380,10 +381,10 @@ def force_replay_confirm(request, pk):
 def force_replay_reject(request, pk):
     caller = require_operator(request, Role.ADMIN)
     fields = valid(s.NoteIn, body_object(request) if request.body else {})
-    req = services.force_replay_reject(
+    req = replay.force_replay_reject(
         selectors.force_request_for(caller, pk), reason=fields["reason"].strip(), actor=caller.actor
     )
-    return Response(services.force_request_dict(req))
+    return Response(present.force_request_dict(req))
 
 
 @extend_schema(
@@ -428,7 +429,7 @@ def tenant_settings(request):
 def replays(request):
     caller = require_operator(request, Role.ADMIN)
     qs = Replay.objects.filter(tenant=caller.tenant)
-    return page(request, qs, services.replay_record, field="at")
+    return page(request, qs, present.replay_record, field="at")
 
 
 # --- actions ---------------------------------------------------------------------------
@@ -467,7 +468,7 @@ def _names_read_only_tool(request, principal) -> bool:
 def propose(request, pk):
     principal = require_principal(request)
     # A side-effecting proposal must carry a key (README, "Idempotency keys"). A read_only
-    # tool's may omit it: a read takes no ledger key space (runs.services._read_action_create).
+    # tool's may omit it: a read takes no ledger key space (runs.propose._read_action_create).
     key = idempotency_key(
         request,
         required="Idempotency-Key" in request.headers
@@ -487,7 +488,7 @@ def propose(request, pk):
         )
     if key is None and found.tool.effect != "read_only":  # re-declared since the peek above
         raise IdempotencyKeyMissing()
-    action, created, changed = services.action_propose(
+    action, created, changed = action_propose(
         run=found.run,
         tool=found.tool,
         target=fields["target"],
@@ -521,7 +522,7 @@ def wait_for_settle(request, view, seconds: float):
     """Hold the request until the action leaves the in-progress states or `seconds` pass.
 
     No poll loop: the request sleeps on an event that the process's LISTEN thread sets when
-    the action's settling transaction commits (`runs.notify`). Over the per-principal or
+    the action's settling transaction commits (`runs.waits`). Over the per-principal or
     per-process cap it answers at once with the current state."""
     caller = request.user
     action, _ = view
@@ -612,7 +613,7 @@ def action_reconcile(request, pk):
         raise StateConflict(
             f"Only an unknown or needs_human action can be re-checked; this one is {action.state}."
         )
-    dispatch.action_reconcile(action.pk, actor=request.user.actor, manual=True)
+    decisions.action_recheck(action.pk, actor=request.user.actor)
     return Response(present.action_dict(selectors.action_for(request.user, pk, with_history=True)))
 
 
@@ -628,7 +629,7 @@ def action_resolve(request, pk):
     fields = valid(s.ResolveIn, body_object(request))
     if not fields["reason"].strip():
         raise ValidationFailed("A reason is required.", {"reason": ["Say why."]})
-    services.action_resolve(
+    decisions.action_resolve(
         action,
         outcome=fields["outcome"],
         reason=fields["reason"].strip(),
@@ -649,7 +650,7 @@ def action_acknowledge(request, pk):
     require_operator(request, Role.ONCALL)
     action = selectors.action_for(request.user, pk, with_history=True)
     fields = valid(s.AcknowledgeIn, body_object(request) if request.body else {})
-    services.action_acknowledge(action, note=fields["note"].strip(), actor=request.user.actor)
+    decisions.action_acknowledge(action, note=fields["note"].strip(), actor=request.user.actor)
     return Response(present.action_dict(selectors.action_for(request.user, pk, with_history=True)))
 
 
@@ -738,7 +739,7 @@ def approval_request_grant(request, pk):
     caller = require_operator(request, Role.APPROVER)
     req = approval_request_for(caller, pk)
     fields = valid(s.GrantIn, body_object(request) if request.body else {})
-    approval = services.approval_request_grant(
+    approval = decisions.approval_request_grant(
         req, ttl_seconds=fields["ttl_seconds"], actor=caller.actor
     )
     # The approval as granted: a worker may consume it a moment later (GET shows that).
@@ -757,7 +758,7 @@ def approval_request_deny(request, pk):
     fields = valid(s.ReasonIn, body_object(request))
     if not fields["reason"].strip():
         raise ValidationFailed("A reason is required.", {"reason": ["Say why."]})
-    services.approval_request_deny(req, reason=fields["reason"].strip(), actor=caller.actor)
+    decisions.approval_request_deny(req, reason=fields["reason"].strip(), actor=caller.actor)
     return Response(present.approval_request_dict(approval_request_for(caller, req.pk)))
 
 
