@@ -1,6 +1,6 @@
 """Celery tasks: thin. A message is only a wake-up; the work is in the database.
 
-`runs.drain` claims and works due rows until none are left (`runs.dispatch.drain`).
+`runs.drain` claims and works due rows until none are left (`runs.engine.worker.drain`).
 `runs.sweep` (beat, every SWEEP_INTERVAL_SECONDS) moves expired leases on, expires approval
 requests, reaps stale runs, emits the time-based notifications (`runs.alerts`), and then
 drains too (actions, reads and notification deliveries), whatever the wake-up flag says:
@@ -16,7 +16,8 @@ from celery.signals import worker_ready, worker_shutting_down
 from core.audit import SWEEPER, request_id_var
 from core.metrics import record_sweep
 
-from . import alerts, dispatch, retention, services
+from . import alerts, decisions, retention, runtime
+from .engine import leases, worker
 from .wakeup import wake_workers
 
 logger = logging.getLogger(__name__)
@@ -25,15 +26,15 @@ logger = logging.getLogger(__name__)
 @shared_task(name="runs.drain", bind=True)
 def drain(self):
     request_id_var.set(self.request.id or "")
-    dispatch.drain()
+    worker.drain()
 
 
 @shared_task(name="runs.sweep", bind=True)
 def sweep(self):
     request_id_var.set(self.request.id or "")
-    expired = dispatch.expire_leases()
-    requests = services.approval_requests_expire(actor=SWEEPER)
-    reaped = services.runs_reap_stale(actor=SWEEPER)
+    expired = leases.expire_leases()
+    requests = decisions.approval_requests_expire(actor=SWEEPER)
+    reaped = runtime.runs_reap_stale(actor=SWEEPER)
     alerted = alerts.alerts_sweep()
     if expired or requests or reaped or alerted:
         logger.info(
@@ -46,7 +47,7 @@ def sweep(self):
         )
     record_sweep()  # the alert on a dead beat or sweep watches this (README, "Metrics")
     request_id_var.set(self.request.id or "")
-    dispatch.drain()
+    worker.drain()
 
 
 @shared_task(name="runs.archive", bind=True)
@@ -73,5 +74,5 @@ def _drain_on_start(**kwargs):
 def _finish_calls(**kwargs):
     # Let calls in flight finish and settle (each is bounded by its tool's timeout);
     # a worker killed instead leaves them to the lease path.
-    if dispatch._pool is not None:
-        dispatch._pool.shutdown()
+    if worker._pool is not None:
+        worker._pool.shutdown()

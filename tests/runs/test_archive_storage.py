@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from bench.management.commands.bench_queue import database_url as url_for
 from core.models import AuditEvent
-from runs import dispatch
+from runs.engine import dispatch
 from runs.models import Action, Run
 from tests.conftest import free_port, start_downstream
 from tests.takeover.test_logs import celery_beat
