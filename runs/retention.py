@@ -4,10 +4,12 @@ What goes, in whole runs (a run's `tools_executed` and its replay verdict are co
 its actions, so a run never loses some of its actions and keeps the rest):
 
 - runs settled (`success`, `error`, `cancelled`) before the cutoff, whose every action is
-  settled (`succeeded`, `failed`, `blocked`) and unchanged since the cutoff; with their
-  actions, attempts, reconciliations and ledger entries, and the replay records between
-  them. A run is kept while a replay of it, or the run it replays, is kept: nothing a
-  pending replay could need ever goes, and no replay history is cut in half;
+  settled (`succeeded`, `failed`, `blocked`) and unchanged since the cutoff, and that no
+  four-eyes force request still waits on; with their actions, attempts, reconciliations
+  and ledger entries, the replay records and decided force requests between them, and the
+  idempotency conflicts that name their actions. A run is kept while a replay of it, or the
+  run it replays, is kept: nothing a pending replay could need ever goes, and no replay
+  history is cut in half;
 - audit events older than the cutoff, except earlier archive records (`audit.archive`),
   which stay for good, and the history of every run and action that stays (an open
   action's timeline in the console is read from its audit events).
@@ -64,8 +66,16 @@ from core.audit import ARCHIVE_VERB, Actor, audit_events_delete_archived
 from core.models import AuditEvent
 from ledger.models import LedgerEntry
 
-from .models import Action, Attempt, Reconciliation, Replay, Run
-from .states import TERMINAL, RunStatus
+from .models import (
+    Action,
+    Attempt,
+    ForceReplayRequest,
+    IdempotencyConflict,
+    Reconciliation,
+    Replay,
+    Run,
+)
+from .states import TERMINAL, ForceRequestState, RunStatus
 
 SETTLED_RUNS = [RunStatus.SUCCESS, RunStatus.ERROR, RunStatus.CANCELLED]
 
@@ -110,6 +120,10 @@ def _eligible_runs(cutoff, using: str, limit: int, tenant) -> list:
         .filter(run=OuterRef("pk"))
         .filter(~Q(state__in=TERMINAL) | Q(updated_at__gte=cutoff))
     )
+    # A second admin may still confirm it: the run is not history yet.
+    force_pending = ForceReplayRequest.objects.using(using).filter(
+        run=OuterRef("pk"), state=ForceRequestState.PENDING
+    )
     runs = Run.objects.using(using)
     if tenant is not None:
         runs = runs.filter(tenant=tenant)
@@ -117,6 +131,7 @@ def _eligible_runs(cutoff, using: str, limit: int, tenant) -> list:
         runs.filter(status__in=SETTLED_RUNS, created_at__lt=cutoff)
         .filter(Q(finished_at__lt=cutoff) | Q(finished_at__isnull=True))
         .exclude(Exists(open_or_recent))
+        .exclude(Exists(force_pending))
         .order_by("created_at")
         .values_list("pk", flat=True)[:limit]
     )
@@ -250,6 +265,14 @@ def _tables(cutoff, run_ids, using: str, limit: int, tenant, *, lock: bool) -> d
         "replays": Replay.objects.using(using)
         .filter(Q(original_run__in=run_ids) | Q(new_run__in=run_ids))
         .values(),
+        # Records that name what goes (a refused proposal's key holder, a decided four-eyes
+        # request) go with it: a reference to a deleted row would fail the commit.
+        "idempotency_conflicts": IdempotencyConflict.objects.using(using)
+        .filter(existing_action__in=action_ids)
+        .values(),
+        "force_replay_requests": ForceReplayRequest.objects.using(using)
+        .filter(Q(run__in=run_ids) | Q(new_run__in=run_ids))
+        .values(),
         "audit_events": events.order_by("at").values()[:limit],
     }
 
@@ -314,6 +337,8 @@ def archive(
             # Verified in storage: now, and only now, delete. Children first; each count
             # must equal what was written.
             order = [
+                ("idempotency_conflicts", IdempotencyConflict),
+                ("force_replay_requests", ForceReplayRequest),
                 ("replays", Replay),
                 ("attempts", Attempt),
                 ("reconciliations", Reconciliation),

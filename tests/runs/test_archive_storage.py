@@ -22,7 +22,7 @@ from django.utils import timezone
 from bench.management.commands.bench_queue import database_url as url_for
 from core.models import AuditEvent
 from runs.engine import dispatch
-from runs.models import Action, Run
+from runs.models import Action, IdempotencyConflict, Run
 from tests.conftest import free_port, start_downstream
 from tests.takeover.test_logs import celery_beat
 
@@ -149,7 +149,17 @@ def test_a_failed_upload_deletes_nothing(world, settled_run, s3, settings):
     assert not AuditEvent.objects.filter(verb="audit.archive", tenant=world.tenant).exists()
 
 
-def test_local_archives_are_readable_by_their_owner_only(world, settled_run, tmp_path):
+def test_local_archives_are_private_and_take_the_records_that_name_what_goes(
+    world, settled_run, tmp_path
+):
+    _run, action = settled_run
+    # The same key for another intent: refused, and recorded beside the action holding it.
+    again = world.start_run()
+    refused = world.propose(
+        again["id"], "arch-1", tool="update_ticket", target="elsewhere", desired_state={"s": 2}
+    )
+    assert refused.status_code == 422
+    conflict = IdempotencyConflict.objects.get(existing_action=action["id"])
     out = tmp_path / "archives"
     with later():
         call_command(
@@ -162,6 +172,12 @@ def test_local_archives_are_readable_by_their_owner_only(world, settled_run, tmp
     files = list(folder.iterdir())
     assert {f.name for f in files} >= {"runs.jsonl.gz", "manifest.json"}
     assert {stat.S_IMODE(f.stat().st_mode) for f in files} == {0o600}
+    # The conflict went with the action it names (a reference to a deleted row would have
+    # failed the commit and archived nothing).
+    assert not Action.objects.filter(pk=action["id"]).exists()
+    assert not IdempotencyConflict.objects.filter(pk=conflict.pk).exists()
+    with gzip.open(folder / "idempotency_conflicts.jsonl.gz", "rt") as archived:
+        assert [json.loads(line)["id"] for line in archived] == [conflict.pk]
 
 
 def test_a_dry_run_counts_without_taking_a_lock(world, settled_run):
