@@ -103,6 +103,7 @@ def worker_series() -> None:
     _lease_expiries()
     _sweep_last_success()
 
+
 HTTP_REQUESTS = Counter(
     "takeover_http_requests",
     "Web requests answered, by method, route pattern and status.",
