@@ -7,15 +7,23 @@ the request is written (refused, DNS, TLS handshake), anything later — ReadTim
 RemoteProtocolError, ReadError, WriteError — means the request may have been received.
 A fresh connection per attempt keeps that true: a pooled keep-alive connection that the
 server closed could fail mid-write and look like "never sent".
+
+Every request is signed (`Takeover-Signature`, `takeover_client.signing`) with the tool's
+signing secret(s), over the method, the raw path as sent, a timestamp, the body's digest,
+the action and its key, so that a tool can refuse whatever did not come through Takeover.
+A key or target becomes one path segment exactly as meant: every reserved character is
+percent-encoded, and a segment of dots only (`.`, `..`) entirely, so that no URL library
+removes it as a dot segment and reads another resource.
 """
 
+import json
 import os
 import time
 from dataclasses import dataclass, field
-from urllib.parse import quote
 
 import httpx
 from django.conf import settings
+from takeover_client import signing
 
 from core import metrics
 from core.logs import traceparent
@@ -55,6 +63,37 @@ def http_client() -> httpx.Client:
     return _http
 
 
+def tool_url(tool, *segments: str) -> httpx.URL:
+    """`{base_url}/a/b`, each segment exactly as meant (`signing.segment`)."""
+    path = "/".join(signing.segment(s) for s in segments)
+    return httpx.URL(f"{tool.base_url.rstrip('/')}/{path}")
+
+
+def send(action: Action, method: str, url: httpx.URL, body: dict | None = None):
+    """One signed request to `action`'s tool: its action id and key as headers, the
+    signature over exactly the bytes and the path that go on the wire."""
+    tool = action.tool
+    content = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
+    headers = {
+        signing.ACTION_HEADER: str(action.pk),
+        signing.KEY_HEADER: action.idempotency_key,
+        "traceparent": traceparent(),
+        signing.SIGNATURE_HEADER: signing.sign(
+            tool.signing_secrets(),
+            method=method,
+            path=url.raw_path.decode("ascii"),
+            body=content,
+            action_id=str(action.pk),
+            key=action.idempotency_key,
+        ),
+    }
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+    return http_client().request(
+        method, url, content=content or None, headers=headers, timeout=tool.timeout_seconds
+    )
+
+
 def call_tool(action: Action) -> CallResult:
     tool = action.tool
     body = {
@@ -66,21 +105,15 @@ def call_tool(action: Action) -> CallResult:
         "desired_state": action.desired_state,
         "expected_version": action.expected_version,
     }
-    headers = {
-        "Idempotency-Key": action.idempotency_key,
-        "X-Takeover-Action": str(action.pk),
-        "traceparent": traceparent(),
-    }
     started = time.monotonic()
-    result = _post_effect(tool, body, headers)
+    result = _post_effect(action, body)
     metrics.record_tool_call(tool.name, result.outcome, time.monotonic() - started)
     return result
 
 
-def _post_effect(tool, body: dict, headers: dict) -> CallResult:
-    url = tool.base_url.rstrip("/") + "/effects"
+def _post_effect(action: Action, body: dict) -> CallResult:
     try:
-        response = http_client().post(url, json=body, headers=headers, timeout=tool.timeout_seconds)
+        response = send(action, "POST", tool_url(action.tool, "effects"), body)
     except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
         return CallResult(AttemptOutcome.NOT_SENT, detail=f"not sent: {type(exc).__name__}: {exc}")
     except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
@@ -112,14 +145,13 @@ class Read:
 
 def read_authoritative(action: Action) -> Read:
     """GET the authoritative state: side-effect free, 3 attempts 200 ms apart."""
-    tool = action.tool
-    url = f"{tool.base_url.rstrip('/')}/state/{quote(action.target, safe='')}"
+    url = tool_url(action.tool, "state", action.target)
     detail = ""
     for attempt in range(settings.RECONCILE_READ_ATTEMPTS):
         if attempt:
             time.sleep(settings.RECONCILE_READ_INTERVAL_SECONDS)
         try:
-            response = http_client().get(url, timeout=tool.timeout_seconds)
+            response = send(action, "GET", url)
         except httpx.HTTPError as exc:
             detail = f"{type(exc).__name__}: {exc}"[:300]
             continue
@@ -167,18 +199,17 @@ class Lookup:
 
 def lookup_effect(action: Action) -> Lookup:
     """Ask a `lookup: true` tool whether it applied this action's key:
-    `GET {base_url}/effects/{key}` (the key URL-quoted). One request, side-effect free.
+    `GET {base_url}/effects/{key}` (the key one path segment). One request, side-effect
+    free.
 
     200 with `{"applied": true}` → applied (`state` and `version` kept when well-formed);
     404 → the tool never received the key; anything else (another status, a 200 that does
     not say `"applied": true`, a timeout, a reset) → it could not tell, and reconciliation
     falls back to reading the state.
     """
-    tool = action.tool
     key = action.idempotency_key
-    url = f"{tool.base_url.rstrip('/')}/effects/{quote(key, safe='')}"
     try:
-        response = http_client().get(url, timeout=tool.timeout_seconds)
+        response = send(action, "GET", tool_url(action.tool, "effects", key))
     except httpx.HTTPError as exc:
         return Lookup(Verdict.LOOKUP_FAILED, detail=f"lookup: {type(exc).__name__}: {exc}"[:300])
     status = response.status_code

@@ -79,6 +79,80 @@ def test_twenty_simultaneous_proposals_of_one_key_make_one_action_and_one_mutati
     assert w.downstream.received(key) == 1
 
 
+def test_racing_proposals_of_a_new_key_never_answer_500_and_make_one_action(world):
+    """8 concurrent proposals of one new key, 60 rounds, each on its own connection: the
+    losers of the race get the winner's action (200, replayed), never a 500 (the one
+    statement's INSERT could fail on the key's other unique index, the generation's)."""
+    world.tool("update_ticket")
+    run = world.start_run()
+    body = {"tool": "update_ticket", "target": "t", "desired_state": {"status": "x"}}
+    for round_ in range(60):
+        key = f"race-{round_}-{uuid.uuid4().hex[:8]}"
+        responses = race(8, lambda i, key=key: world.propose(run["id"], key, **body))
+        codes = sorted(r.status_code for r in responses)
+        assert codes == [200] * 7 + [201], (round_, [r.content[:200] for r in responses])
+        assert len({r.json()["id"] for r in responses}) == 1
+        assert Action.objects.filter(tenant=world.tenant, idempotency_key=key).count() == 1
+
+
+def test_two_proposals_that_both_pass_the_conflict_check_still_make_one_action(world):
+    """The race made likely: a trigger (the test's own, as the owner) holds every ledger
+    INSERT *before* PostgreSQL checks for a conflicting key, on a lock the test holds until
+    both proposals wait there, then lets both go at once, so that both pass that check
+    before either row exists. The second must still end as a ledger hit on the first, not
+    as a unique violation on the key's other index (a 500)."""
+    import threading
+
+    from django.db import connections
+
+    world.tool("update_ticket")
+    run = world.start_run()
+    body = {"tool": "update_ticket", "target": "t", "desired_state": {"status": "x"}}
+    owner = connections["owner"]
+    with owner.cursor() as cursor:
+        cursor.execute(
+            "CREATE FUNCTION test_hold() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN PERFORM pg_advisory_xact_lock_shared(4242); RETURN NEW; END $$;"
+            "CREATE TRIGGER test_hold BEFORE INSERT ON ledger_ledgerentry "
+            "FOR EACH ROW EXECUTE FUNCTION test_hold()"
+        )
+    try:
+        for round_ in range(5):
+            key = f"held-{round_}-{uuid.uuid4().hex[:8]}"
+            with owner.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_lock(4242)")
+            results = []
+            threads = [
+                threading.Thread(
+                    target=lambda: results.append(world.propose(run["id"], key, **body))
+                )
+                for _ in range(2)
+            ]
+            for t in threads:
+                t.start()
+            with owner.cursor() as cursor:
+                for _ in range(200):  # both wait on the lock: release them together
+                    cursor.execute(
+                        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                        "AND objid = 4242 AND NOT granted"
+                    )
+                    if cursor.fetchone()[0] == 2:
+                        break
+                    time.sleep(0.02)
+                cursor.execute("SELECT pg_advisory_unlock(4242)")
+            for t in threads:
+                t.join(30)
+            connections.close_all()
+            codes = sorted(r.status_code for r in results)
+            assert codes == [200, 201], [r.content[:300] for r in results]
+            assert len({r.json()["id"] for r in results}) == 1
+    finally:
+        with owner.cursor() as cursor:
+            cursor.execute(
+                "DROP TRIGGER test_hold ON ledger_ledgerentry; DROP FUNCTION test_hold()"
+            )
+
+
 @pytest.mark.worker
 def test_valid_approval_succeeds_with_one_mutation(w):
     run = w.start_run()
