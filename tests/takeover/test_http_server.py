@@ -65,6 +65,13 @@ def test_a_chunked_grant_is_read_not_taken_as_empty(world, server):
     assert abs(expires - (datetime.now(expires.tzinfo) + timedelta(seconds=60))) < timedelta(
         seconds=20
     )
+    # A pre-granted approval (the granted one above may already be consumed by the worker
+    # that dispatched its action), revoked with a chunked reason.
+    approval = http.post(
+        f"{server.url}/api/v1/approvals",
+        json={"principal": "agent", "tool": "close_ticket", "target": "t-10", "desired_state": {}},
+        headers=headers,
+    ).json()
     revoked = http.post(
         f"{server.url}/api/v1/approvals/{approval['id']}/revoke",
         content=chunks({"reason": "the customer called back"}),
