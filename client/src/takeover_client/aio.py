@@ -17,7 +17,7 @@ from . import _core
 from ._model import UNSET
 from .api import AsyncApi
 from .client import DEFAULT_HEARTBEAT_EVERY, DEFAULT_RETRY_FOR, DEFAULT_TIMEOUT
-from .errors import RunNotRunning, TakeoverError
+from .errors import ApiError, RunNotRunning, TakeoverError
 from .keys import idempotency_key
 from .models import ActionOut, MeOut, RunDetailOut
 
@@ -178,8 +178,8 @@ class AsyncRun:
         key = key or self.key(tool, target)
         outcome = AsyncOutcome(self.client, None, tool=tool)
         self._proposals.append(outcome)
-        outcome._update(
-            await self.client.api.actions_propose(
+        try:
+            answer = await self.client.api.actions_propose(
                 self.id,
                 idempotency_key=key,
                 tool=tool,
@@ -189,7 +189,11 @@ class AsyncRun:
                 approval_id=approval_id if approval_id is not None else UNSET,
                 reason=reason if reason is not None else UNSET,
             )
-        )
+        except ApiError:
+            # Refused (400, 404, 409, 422): nothing was created, so nothing was called.
+            self._proposals.remove(outcome)
+            raise
+        outcome._update(answer)
         return outcome
 
     def record_tool_call(self, tool: str) -> None:

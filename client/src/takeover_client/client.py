@@ -14,7 +14,7 @@ import httpx
 from . import _core
 from ._model import UNSET
 from .api import Api
-from .errors import RunNotRunning, TakeoverError
+from .errors import ApiError, RunNotRunning, TakeoverError
 from .keys import idempotency_key
 from .models import ActionOut, MeOut, RunDetailOut
 
@@ -231,8 +231,8 @@ class Run:
         key = key or self.key(tool, target)
         outcome = Outcome(self.client, None, tool=tool)
         self._proposals.append(outcome)  # a call whose answer is lost still counts
-        outcome._update(
-            self.client.api.actions_propose(
+        try:
+            answer = self.client.api.actions_propose(
                 self.id,
                 idempotency_key=key,
                 tool=tool,
@@ -242,7 +242,11 @@ class Run:
                 approval_id=approval_id if approval_id is not None else UNSET,
                 reason=reason if reason is not None else UNSET,
             )
-        )
+        except ApiError:
+            # Refused (400, 404, 409, 422): nothing was created, so nothing was called.
+            self._proposals.remove(outcome)
+            raise
+        outcome._update(answer)
         return outcome
 
     def record_tool_call(self, tool: str) -> None:
