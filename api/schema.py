@@ -310,6 +310,20 @@ class ToolOut(f.Serializer):
     identity_fields = f.ListField(child=f.CharField())
     timeout_seconds = f.FloatField()
     created_at = f.DateTimeField()
+    # Operators only, like base_url.
+    signing_secret_created_at = f.DateTimeField(required=False)
+    previous_secret_expires_at = f.DateTimeField(
+        required=False,
+        allow_null=True,
+        help_text="While set and in the future, requests are signed with the previous secret too.",
+    )
+
+
+class ToolCreatedOut(ToolOut):
+    signing_secret = f.CharField(
+        help_text="The secret every request to this tool is signed with "
+        "(`Takeover-Signature`): shown this once."
+    )
 
 
 class PrincipalCreatedOut(f.Serializer):

@@ -140,6 +140,17 @@ class ToolIn(serializers.Serializer):
     timeout_seconds = StrictFloatField(min_value=0.1, max_value=300, required=False, default=10)
 
 
+class ToolRotateSecretIn(serializers.Serializer):
+    overlap_seconds = StrictFloatField(
+        required=False,
+        default=0,
+        min_value=0,
+        max_value=7 * 24 * 3600,
+        help_text="How long requests are still signed with the old secret too (0: stop now).",
+    )
+    reason = StrictCharField(required=False, allow_blank=True, default="", max_length=5000)
+
+
 class ToolDeclareIn(serializers.Serializer):
     """Change a tool's declarations: name at least one of `effect` and `lookup`."""
 
@@ -167,7 +178,8 @@ MAX_TOKEN_LIFETIME_SECONDS = 5 * 365 * 24 * 3600
 
 
 class TokenIn(serializers.Serializer):
-    """Exactly one owner: `principal` (a name in this tenant) or `operator` (a username)."""
+    """At most one owner: `principal` (a name in this tenant; admin), or `operator` (your own
+    username: nobody receives another person's secret); none: a token for yourself."""
 
     principal = StrictCharField(required=False, max_length=100)
     operator = StrictCharField(required=False, max_length=150)
@@ -181,9 +193,9 @@ class TokenIn(serializers.Serializer):
     )
 
     def validate(self, data):
-        if bool(data.get("principal")) == bool(data.get("operator")):
+        if data.get("principal") and data.get("operator"):
             raise serializers.ValidationError(
-                {"principal": ["Name exactly one owner: principal or operator."]}
+                {"principal": ["Name at most one owner: principal or operator."]}
             )
         return data
 

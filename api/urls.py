@@ -1,7 +1,23 @@
-from django.urls import path
+from django.urls import path, register_converter
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from . import views
+
+
+class ToolName:
+    """A tool's name as registration allows it (`ToolIn.name`): anything else in the path,
+    a NUL included, is no tool (a 404), and never reaches the database."""
+
+    regex = r"[A-Za-z0-9_.-]{1,100}"
+
+    def to_python(self, value):
+        return value
+
+    def to_url(self, value):
+        return value
+
+
+register_converter(ToolName, "tool")
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
@@ -45,8 +61,11 @@ urlpatterns = [
     path("ledger/<uuid:pk>/revoke", views.ledger_revoke_view, name="ledger-revoke"),
     path("audit", views.audit, name="audit"),
     path("tools", views.tools, name="tools"),
-    path("tools/<str:name>", views.tool_detail, name="tool"),
-    path("tools/<str:name>/declaration", views.tool_declaration, name="tool-declaration"),
+    path("tools/<tool:name>", views.tool_detail, name="tool"),
+    path("tools/<tool:name>/declaration", views.tool_declaration, name="tool-declaration"),
+    path(
+        "tools/<tool:name>/rotate-secret", views.tool_rotate_secret_view, name="tool-rotate-secret"
+    ),
     path("principals", views.principals, name="principals"),
     path("tokens", views.tokens, name="tokens"),
     path("tokens/<uuid:pk>/revoke", views.token_revoke_view, name="token-revoke"),

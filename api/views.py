@@ -34,7 +34,6 @@ from core.errors import StateConflict, ValidationFailed
 from core.models import Principal, Role, Tool
 from core.selectors import audit_events
 from core.services import (
-    operator_manageable,
     principal_create,
     tenant_settings_update,
     token_issue,
@@ -43,6 +42,7 @@ from core.services import (
     tokens_manageable,
     tool_create,
     tool_declare,
+    tool_rotate_secret,
 )
 from ledger.selectors import ledger_entries_of, ledger_entry_for
 from ledger.services import ledger_revoke
@@ -190,6 +190,12 @@ def runs(request):
         return page(request, qs, many=selectors.run_resources)
     principal = require_principal(request)
     if request.content_type.startswith("multipart/"):
+        for name in ("trigger", "session_id", "config"):
+            if name in request.FILES:
+                raise ValidationFailed(
+                    f"{name} is a file part.",
+                    {name: ["Send it as a plain form field; only input_file is a file."]},
+                )
         data = {k: request.data.get(k) for k in ("trigger", "session_id") if k in request.data}
         if "config" in request.data:
             try:
@@ -871,7 +877,7 @@ def audit(request):
     methods=["POST"],
     operation_id="tools_create",
     request=s.ToolIn,
-    responses={**ok(201, o.ToolOut), **errors_for(409, 411, 413, 415)},
+    responses={**ok(201, o.ToolCreatedOut), **errors_for(409, 411, 413, 415)},
 )
 @api_view(["GET", "POST"])
 def tools(request):
@@ -883,7 +889,7 @@ def tools(request):
     caller = require_operator(request, Role.ADMIN)
     fields = valid(s.ToolIn, body_object(request))
     tool = tool_create(tenant=caller.tenant, actor=caller.actor, **fields)
-    return Response(present.tool_dict(tool), status=201)
+    return Response(present.tool_dict(tool, with_secret=True), status=201)
 
 
 def get_tool_for(caller, name) -> Tool:
@@ -905,6 +911,26 @@ def tool_detail(request, name):
     caller = request.user
     tool = get_tool_for(caller, name)
     return Response(present.tool_dict(tool, with_url=not caller.is_principal))
+
+
+@extend_schema(
+    operation_id="tools_rotate_secret",
+    request=s.ToolRotateSecretIn,
+    responses={
+        **ok(201, o.ToolCreatedOut, "The tool, with its new signing secret, shown this once."),
+        **errors_for(404, 411, 413, 415),
+    },
+)
+@api_view(["POST"])
+def tool_rotate_secret_view(request, name):
+    """A new signing secret for the tool (admin, audited as `tool.rotate_secret`). With
+    `overlap_seconds`, requests carry a signature with the old secret too until then, so the
+    tool can switch without refusing a call."""
+    caller = require_operator(request, Role.ADMIN)
+    tool = get_tool_for(caller, name)
+    fields = valid(s.ToolRotateSecretIn, body_object(request))
+    tool = tool_rotate_secret(tool, actor=caller.actor, **fields)
+    return Response(present.tool_dict(tool, with_secret=True), status=201)
 
 
 @extend_schema(
@@ -953,15 +979,19 @@ def principals(request):
     )
 
 
-# --- tokens (admin) -----------------------------------------------------------------------
+# --- tokens ----------------------------------------------------------------------------------
 
 
-def _manageable(caller):
-    return tokens_manageable(caller.tenant, caller.user)
+def _tokens_visible(caller):
+    """An admin sees (and may expire and revoke) the tokens of the tenant's principals and
+    operators; anyone else sees their own."""
+    if caller.is_admin:
+        return tokens_manageable(caller.tenant, caller.user)
+    return tokens_manageable(caller.tenant, caller.user, own=True)
 
 
 def _token_for(caller, pk):
-    token = _manageable(caller).filter(pk=pk).first()
+    token = _tokens_visible(caller).filter(pk=pk).first()
     if token is None:
         raise Http404
     return token
@@ -986,10 +1016,11 @@ def _expiry(seconds):
 )
 @api_view(["GET", "POST"])
 def tokens(request):
-    """Admin: the tokens of this tenant's principals and operators; issue one."""
-    caller = require_operator(request, Role.ADMIN)
+    """Tokens. Any operator lists and issues their own (no owner in the body); an admin lists
+    the tenant's and issues a principal's. Nobody receives another operator's secret."""
+    caller = require_operator(request)
     if request.method == "GET":
-        qs = _manageable(caller)
+        qs = _tokens_visible(caller)
         if state := request.query_params.get("state"):
             now = timezone.now()
             live = Q(revoked_at__isnull=True) & (Q(expires_at__isnull=True) | Q(expires_at__gt=now))
@@ -1005,23 +1036,25 @@ def tokens(request):
             qs = qs.filter(filters[state])
         return page(request, qs, present.token_dict)
     fields = valid(s.TokenIn, body_object(request))
-    owner = {}
     if fields.get("principal"):
-        owner["principal"] = Principal.objects.filter(
-            tenant=caller.tenant, name=fields["principal"]
-        ).first()
+        owner = {
+            "principal": Principal.objects.filter(
+                tenant=caller.tenant, name=fields["principal"]
+            ).first()
+        }
         if owner["principal"] is None:
             raise ValidationFailed(
                 "No such principal.", {"principal": ["No principal of that name here."]}
             )
-    else:
-        user = _manageable_operator(caller, fields["operator"])
+    elif fields.get("operator") and fields["operator"] != caller.user.get_username():
+        user = _member(caller, fields["operator"])
         if user is None:
             raise ValidationFailed(
-                "No such operator.",
-                {"operator": ["No operator of that name whose tokens you may manage."]},
+                "No such operator.", {"operator": ["No operator of that name in this tenant."]}
             )
-        owner["user"] = user
+        owner = {"user": user}
+    else:
+        owner = {"user": caller.user}
     token, raw = token_issue(
         tenant=caller.tenant,
         actor=caller.actor,
@@ -1032,12 +1065,13 @@ def tokens(request):
     return Response(present.token_dict(token, raw), status=201)
 
 
-def _manageable_operator(caller, username):
-    """The operator `username` if an admin of this tenant may manage their tokens."""
-    user = get_user_model().objects.filter(username=username).first()
-    if user is None or not operator_manageable(caller.tenant, user, caller.user):
-        return None
-    return user
+def _member(caller, username):
+    """The operator `username`, when they are a member of the caller's tenant."""
+    return (
+        get_user_model()
+        .objects.filter(username=username, memberships__tenant=caller.tenant)
+        .first()
+    )
 
 
 @extend_schema(
@@ -1046,7 +1080,7 @@ def _manageable_operator(caller, username):
 )
 @api_view(["POST"])
 def token_revoke_view(request, pk):
-    caller = require_operator(request, Role.ADMIN)
+    caller = require_operator(request)
     token = _token_for(caller, pk)
     fields = valid(s.OptionalReasonIn, body_object(request))
     token = token_revoke(token, tenant=caller.tenant, actor=caller.actor, reason=fields["reason"])
@@ -1055,11 +1089,20 @@ def token_revoke_view(request, pk):
 
 @extend_schema(
     request=s.TokenRotateIn,
-    responses={**ok(201, o.TokenCreatedOut), **errors_for(404, 409, 411, 413, 415)},
+    description=(
+        "Your own token, or (admin) a principal's: 201 with its successor, shown once. "
+        "(Admin) another operator's token: it is revoked at once and there is no successor "
+        "(200, the revoked token): a person's credentials are theirs alone."
+    ),
+    responses={
+        **ok(201, o.TokenCreatedOut),
+        **ok(200, o.TokenOut),
+        **errors_for(404, 409, 411, 413, 415),
+    },
 )
 @api_view(["POST"])
 def token_rotate_view(request, pk):
-    caller = require_operator(request, Role.ADMIN)
+    caller = require_operator(request)
     token = _token_for(caller, pk)
     fields = valid(s.TokenRotateIn, body_object(request))
     options = {}
@@ -1073,6 +1116,8 @@ def token_rotate_view(request, pk):
         reason=fields["reason"],
         **options,
     )
+    if raw is None:
+        return Response(present.token_dict(new), status=200)
     return Response(present.token_dict(new, raw), status=201)
 
 

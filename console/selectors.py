@@ -65,8 +65,12 @@ def parse_cursor(raw: str | None):
 
 
 def keyset(qs, cursor, *, field_name="created_at", descending=False, size=PAGE_SIZE):
-    """(rows, next_cursor) for one page, ordered by (field, id). Never OFFSET."""
-    return pagination.keyset(qs, cursor, newest_first=descending, field=field_name, size=size)
+    """(rows, next_cursor) for one page, ordered by (field, id). Never OFFSET. A cursor of
+    another list (a stale or edited bookmark) shows the first page, like a malformed one."""
+    try:
+        return pagination.keyset(qs, cursor, newest_first=descending, field=field_name, size=size)
+    except ValidationFailed:
+        return pagination.keyset(qs, None, newest_first=descending, field=field_name, size=size)
 
 
 # --- the queue -----------------------------------------------------------------------------

@@ -1,9 +1,17 @@
 """Console sign-in, throttled (django-axes) and with a bounded cost.
 
-- **Lockout.** After AXES_FAILURE_LIMIT wrong passwords for one account, or from one
-  address, further attempts for that account or from that address are refused for
-  AXES_COOLOFF_TIME, even with the right password, with a clear message (HTTP 429). The
-  lockout is written to the audit log of every tenant the account belongs to.
+- **Lockout, per account and address first.** After AXES_FAILURE_LIMIT wrong passwords for
+  one account from one address, further attempts for that account *from that address* are
+  refused for AXES_COOLOFF_TIME, even with the right password, with a clear message (HTTP
+  429); its owner still signs in from their own address, so nobody can lock a named person
+  out by guessing their password. The lockout is written to the audit log of every tenant
+  the account belongs to.
+- **Per address, across accounts.** After SIGNIN_ADDRESS_FAILURE_LIMIT wrong passwords from
+  one address, whatever the accounts (password spraying), that address is refused for
+  AXES_COOLOFF_TIME. The trade-off: people behind one shared address (an office NAT) share
+  this budget, so it is larger than the per-account one; and a guesser spread over many
+  addresses is slowed by the flood limit below, not by locking the account. Behind a proxy,
+  set FORWARDED_PROXIES, or every sign-in comes from the proxy's address.
 - **Cheap refusals.** A locked-out attempt is refused before any password is hashed (one
   indexed query); so is an attempt that finds every hashing slot busy.
 - **Bounded hashing.** A password check costs hundreds of milliseconds of CPU (PBKDF2, by
@@ -18,14 +26,17 @@ import threading
 from axes.backends import AxesStandaloneBackend
 from axes.handlers.proxy import AxesProxyHandler
 from axes.helpers import get_credentials
+from axes.models import AccessAttempt
 from axes.signals import user_locked_out
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.forms import AuthenticationForm
+from django.db.models import Sum
 from django.dispatch import receiver
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils import timezone
 
 from core.access import console_viewer
 
@@ -34,8 +45,8 @@ from .timezones import remember_on_sign_in
 _slots = threading.BoundedSemaphore(getattr(settings, "SIGNIN_CONCURRENCY", 1))
 
 LOCKED_OUT = (
-    "Too many failed sign-ins for this account or from this address. Sign-in is locked "
-    "for {minutes} minutes; ask an admin if you need in sooner."
+    "Too many failed sign-ins from this address. Sign-in is locked here for {minutes} "
+    "minutes; ask an admin if you need in sooner."
 )
 BUSY = "Sign-in is busy right now. Try again in a few seconds."
 
@@ -66,6 +77,16 @@ class ThrottledBackend(AxesStandaloneBackend):
         return super().authenticate(request, username, password, **kwargs)
 
 
+def address_locked(request) -> bool:
+    """SIGNIN_ADDRESS_FAILURE_LIMIT wrong passwords from this address within the cool-off,
+    whatever the accounts (one indexed query: axes keeps a row per account and address)."""
+    since = timezone.now() - settings.AXES_COOLOFF_TIME
+    failures = AccessAttempt.objects.filter(
+        ip_address=request.axes_ip_address, attempt_time__gte=since
+    ).aggregate(n=Sum("failures_since_start"))["n"]
+    return (failures or 0) >= settings.SIGNIN_ADDRESS_FAILURE_LIMIT
+
+
 def locked_out(request, original_response=None, credentials=None):
     """AXES_LOCKOUT_CALLABLE: the sign-in page again, with the reason, as a 429."""
     response = _page(request, LOCKED_OUT.format(minutes=_minutes()), 429)
@@ -91,7 +112,7 @@ class LoginView(auth_views.LoginView):
 
     def post(self, request, *args, **kwargs):
         credentials = get_credentials(request.POST.get("username", ""))
-        if AxesProxyHandler.is_locked(request, credentials):
+        if AxesProxyHandler.is_locked(request, credentials) or address_locked(request):
             return locked_out(request)
         if not _slots.acquire(blocking=False):
             response = _page(request, BUSY, 503)

@@ -1,6 +1,8 @@
-"""The console's API-token page (admin): list, issue, revoke, rotate. Self-contained (its
-own view, form and template) and calling the same services as the API and `manage.py
-token`.
+"""The console's API-token page: every operator issues, rotates and revokes their own
+tokens; an admin also sees the tenant's, issues principals' tokens, and revokes (never
+receives) other people's. Self-contained (its own view, form and template) and calling the
+same services as the API and `manage.py token`, which hold the rule
+(`core.services.check_token_issue`).
 
 A new token is shown once, in the answer to the POST that made it (a 200, not a redirect):
 putting it in a flash message would store the secret in the session or a cookie.
@@ -10,7 +12,6 @@ from datetime import timedelta
 
 from django import forms
 from django.contrib import messages
-from django.contrib.auth import get_user_model
 from django.db.models import Q
 from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import render
@@ -19,9 +20,8 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from core.errors import DomainError
-from core.models import Principal, Role
+from core.models import Principal
 from core.services import (
-    operator_manageable,
     token_issue,
     token_revoke,
     token_rotate,
@@ -62,27 +62,24 @@ class RevokeForm(forms.Form):
 
 
 def _owners(scope) -> list[tuple[str, str]]:
-    principals = Principal.objects.filter(tenant=scope.tenant).order_by("name")
-    users = (
-        get_user_model()
-        .objects.filter(memberships__tenant=scope.tenant)
-        .order_by("username")
-        .distinct()
-    )
-    choices = [(f"principal:{p.name}", f"principal {p.name}") for p in principals]
-    choices += [
-        (f"operator:{u.username}", f"operator {u.username}")
-        for u in users
-        if operator_manageable(scope.tenant, u, scope.user)
-    ]
+    """Whom the signed-in operator may issue a token for: themselves, and (admin) the
+    tenant's principals. Never another person."""
+    choices = [(f"operator:{scope.user.get_username()}", "yourself")]
+    if scope.is_admin:
+        principals = Principal.objects.filter(tenant=scope.tenant).order_by("name")
+        choices += [(f"principal:{p.name}", f"principal {p.name}") for p in principals]
     return choices
+
+
+def _visible(scope):
+    return tokens_manageable(scope.tenant, scope.user, own=not scope.is_admin)
 
 
 def _page(request, *, form=None, new_token=None, status=200):
     scope = request.scope
     now = timezone.now()
     state = request.GET.get("state", "active")
-    qs = tokens_manageable(scope.tenant, scope.user).order_by("-created_at")
+    qs = _visible(scope).order_by("-created_at")
     if state == "active":
         qs = qs.filter(revoked_at__isnull=True).filter(
             Q(expires_at__isnull=True) | Q(expires_at__gt=now)
@@ -90,6 +87,7 @@ def _page(request, *, form=None, new_token=None, status=200):
     rows = list(qs[:200])
     for token in rows:
         token.state = token.state_at(now)
+        token.yours = token.user_id == scope.user.pk
     return render(
         request,
         "console/tokens.html",
@@ -105,13 +103,13 @@ def _page(request, *, form=None, new_token=None, status=200):
     )
 
 
-@operator_required(Role.ADMIN)
+@operator_required()
 def tokens(request):
     return _page(request)
 
 
 @require_POST
-@operator_required(Role.ADMIN)
+@operator_required()
 def token_issue_view(request):
     scope = request.scope
     form = IssueForm(request.POST, owners=_owners(scope))
@@ -121,7 +119,7 @@ def token_issue_view(request):
     if kind == "principal":
         owner = {"principal": Principal.objects.get(tenant=scope.tenant, name=name)}
     else:
-        owner = {"user": get_user_model().objects.get(username=name)}
+        owner = {"user": scope.user}
     days = form.cleaned_data["lifetime"]
     token, raw = token_issue(
         tenant=scope.tenant,
@@ -134,14 +132,14 @@ def token_issue_view(request):
 
 
 def _token_for(request, pk):
-    token = tokens_manageable(request.scope.tenant, request.scope.user).filter(pk=pk).first()
+    token = _visible(request.scope).filter(pk=pk).first()
     if token is None:
         raise Http404
     return token
 
 
 @require_POST
-@operator_required(Role.ADMIN)
+@operator_required()
 def token_revoke_view(request, pk):
     token = _token_for(request, pk)
     form = RevokeForm(request.POST)
@@ -157,13 +155,11 @@ def token_revoke_view(request, pk):
         messages.error(request, exc.detail)
     else:
         messages.success(request, f"Token {token.label}… revoked.")
-    response = HttpResponseRedirect(reverse("console:tokens"))
-    response.status_code = 303
-    return response
+    return _back()
 
 
 @require_POST
-@operator_required(Role.ADMIN)
+@operator_required()
 def token_rotate_view(request, pk):
     token = _token_for(request, pk)
     form = RotateForm(request.POST)
@@ -174,7 +170,16 @@ def token_rotate_view(request, pk):
         )
     except DomainError as exc:
         messages.error(request, exc.detail)
-        response = HttpResponseRedirect(reverse("console:tokens"))
-        response.status_code = 303
-        return response
+        return _back()
+    if raw is None:  # another person's token: revoked, and only they may issue its successor
+        messages.success(
+            request, f"Token {token.label}… revoked; only its owner can issue a successor."
+        )
+        return _back()
     return _page(request, new_token={"token": new, "raw": raw, "verb": "rotated", "old": token})
+
+
+def _back():
+    response = HttpResponseRedirect(reverse("console:tokens"))
+    response.status_code = 303
+    return response

@@ -78,6 +78,7 @@ class Verb(models.TextChoices):
     TOOL_CREATE = "tool.create", "Tool registered"
     TOOL_UPDATE = "tool.update", "Tool changed"
     TOOL_DECLARE = "tool.declare", "Tool's declarations (effect, lookup) changed"
+    TOOL_ROTATE_SECRET = "tool.rotate_secret", "Tool's signing secret rotated"
     TOKEN_ISSUE = "token.issue", "API token issued"
     TOKEN_REVOKE = "token.revoke", "API token revoked"
     TOKEN_ROTATE = "token.rotate", "API token rotated"

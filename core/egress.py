@@ -22,13 +22,15 @@ port, a cloud metadata service, an internal dashboard). So:
    disallowed fails `not_sent`.
 
 The rule for one resolved address of a host:
-- inside a CIDR entry → allowed;
-- otherwise, the host name matches a name or wildcard entry → allowed, unless the
-  address is loopback, link-local, unspecified, multicast or reserved (a trusted name does
-  not vouch for where its DNS points inward);
-- link-local (169.254.0.0/16, fe80::/10: cloud metadata) is allowed only by a CIDR entry
-  that lies inside link-local itself (`169.254.169.254/32`), never by a broad range such
-  as `0.0.0.0/0`;
+- an *inward* address — link-local (169.254.0.0/16, fe80::/10: cloud metadata), loopback
+  (127.0.0.0/8, ::1) or unspecified (0.0.0.0, ::) — is allowed only by a CIDR entry that
+  lies inside its own class (`127.0.0.0/8`, `::1`, `169.254.169.254/32`), never by a broad
+  range such as `0.0.0.0/0` or `::/0`; and a loopback address also by the name entry
+  `localhost` when the host is `localhost` (the name means loopback, RFC 6761: listing it
+  says so, and it vouches for nothing else);
+- otherwise, inside a CIDR entry → allowed;
+- otherwise, the host name matches a name or wildcard entry → allowed, unless the address
+  is multicast or reserved (a trusted name does not vouch for where its DNS points inward);
 - an IP-literal host is judged by the CIDR entries alone.
 
 Quirks: a name that matches no name entry is resolved at registration and accepted if
@@ -55,6 +57,12 @@ from .errors import ValidationFailed
 DEFAULT_ALLOWLIST = "localhost,127.0.0.0/8,::1"
 
 LINK_LOCAL = (ipaddress.ip_network("169.254.0.0/16"), ipaddress.ip_network("fe80::/10"))
+# Addresses that point back inside: each class is allowed only by an entry within it.
+INWARD = {
+    "link-local": LINK_LOCAL,
+    "loopback": (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128")),
+    "unspecified": (ipaddress.ip_network("0.0.0.0/32"), ipaddress.ip_network("::/128")),
+}
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -76,13 +84,22 @@ class Allowlist:
 
     def address_allowed(self, ip: Address, *, host: str | None = None) -> bool:
         ip = _unmapped(ip)
-        if _is_link_local(ip):
-            # Only an entry inside link-local itself counts, never 0.0.0.0/0 and the like.
-            return any(ip in net and _is_link_local_net(net) for net in self.networks)
+        if (inward := _inward_class(ip)) is not None:
+            # Only an entry inside the class itself counts, never 0.0.0.0/0 and the like.
+            if any(ip in net and _within(net, INWARD[inward]) for net in self.networks):
+                return True
+            return (
+                inward == "loopback"
+                and host is not None
+                and _normal_name(host) == "localhost"
+                and "localhost" in self.names
+            )
         if any(ip in net for net in self.networks if net.version == ip.version):
             return True
         if host is not None and self.name_listed(host):
-            return not (ip.is_loopback or ip.is_unspecified or ip.is_multicast or ip.is_reserved)
+            # `localhost` vouches for loopback only: anywhere else it points was not meant.
+            localhost = _normal_name(host) == "localhost"
+            return not (ip.is_multicast or ip.is_reserved or localhost)
         return False
 
 
@@ -104,8 +121,15 @@ def _is_link_local(ip: Address) -> bool:
     return any(ip in net for net in LINK_LOCAL if net.version == ip.version)
 
 
-def _is_link_local_net(net: Network) -> bool:
-    return any(net.subnet_of(ll) for ll in LINK_LOCAL if ll.version == net.version)
+def _inward_class(ip: Address) -> str | None:
+    for name, nets in INWARD.items():
+        if any(ip in net for net in nets if net.version == ip.version):
+            return name
+    return None
+
+
+def _within(net: Network, nets) -> bool:
+    return any(net.subnet_of(n) for n in nets if n.version == net.version)
 
 
 def parse_allowlist(text: str) -> Allowlist:
@@ -197,10 +221,11 @@ def check_destination(host: str, port: int) -> None:
     rules = allowlist()
     hint = "Ask the deployer to add it to TOOL_URL_ALLOWLIST."
     if (ip := _literal(host)) is not None:
-        if _is_link_local(_unmapped(ip)) and not rules.address_allowed(ip):
+        if (inward := _inward_class(_unmapped(ip))) and not rules.address_allowed(ip):
+            what = "link-local (cloud metadata)" if inward == "link-local" else inward
             raise _bad(
-                f"{ip} is link-local (cloud metadata); refused unless TOOL_URL_ALLOWLIST "
-                "lists it explicitly."
+                f"{ip} is {what}; refused unless TOOL_URL_ALLOWLIST lists it on its own "
+                "(a broad range such as 0.0.0.0/0 does not)."
             )
         if not rules.address_allowed(ip):
             raise _bad(f"{ip} is outside TOOL_URL_ALLOWLIST. {hint}")

@@ -128,7 +128,10 @@ def scrape_allowed(authorization: str, remote_addr: str) -> bool:
 
     token = settings.METRICS_TOKEN
     scheme, _, given = authorization.partition(" ")
-    if token and scheme.lower() == "bearer" and hmac.compare_digest(given.strip(), token):
+    # Compared as bytes: compare_digest refuses a non-ASCII str (a TypeError, a 500 before
+    # any login), and a header is whatever bytes the client sent.
+    given = given.strip().encode("utf-8", "surrogateescape")
+    if token and scheme.lower() == "bearer" and hmac.compare_digest(given, token.encode()):
         return True
     try:
         address = ipaddress.ip_address(remote_addr)

@@ -12,6 +12,7 @@ import pgtrigger
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 
 class Tenant(models.Model):
@@ -158,6 +159,13 @@ class ApiToken(models.Model):
         return "active"
 
 
+SIGNING_SECRET_PREFIX = "tks_"
+
+
+def new_signing_secret() -> str:
+    return SIGNING_SECRET_PREFIX + secrets.token_urlsafe(32)
+
+
 class ToolEffect(models.TextChoices):
     READ_ONLY = "read_only"
     IDEMPOTENT = "idempotent"
@@ -182,6 +190,15 @@ class Tool(models.Model):
     identity_fields = models.JSONField(default=list, blank=True)
     timeout_seconds = models.FloatField(default=10)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Signs every request Takeover sends the tool (takeover_client.signing; README "Signed
+    # tool calls"), so that the tool can refuse anything that did not come through Takeover.
+    # Kept readable because signing needs it (an HMAC key cannot be stored hashed); shown to
+    # a person once, when generated. While a rotation's overlap lasts, requests are signed
+    # with the previous secret too.
+    signing_secret = models.CharField(max_length=100, default=new_signing_secret)
+    previous_signing_secret = models.CharField(max_length=100, blank=True, default="")
+    previous_secret_expires_at = models.DateTimeField(null=True, blank=True)
+    signing_secret_created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         constraints = [
@@ -197,6 +214,16 @@ class Tool(models.Model):
 
     def __str__(self):
         return self.name
+
+    def signing_secrets(self, now=None) -> list[str]:
+        """The secrets a request is signed with now: the current one, and the previous one
+        while its overlap lasts."""
+        now = now or timezone.now()
+        secrets_ = [self.signing_secret]
+        expires = self.previous_secret_expires_at
+        if self.previous_signing_secret and expires is not None and expires > now:
+            secrets_.append(self.previous_signing_secret)
+        return secrets_
 
     @property
     def declaration(self) -> dict:

@@ -359,6 +359,8 @@ def validate_url(url: str) -> str:
         raise ValidationFailed(
             "Not a valid URL.", {"url": ["No user:password@, no #fragment, no spaces."]}
         )
+    if port == 0:
+        raise ValidationFailed("Not a valid URL.", {"url": ["Port 0 is not a destination."]})
     try:
         egress.check_destination(parts.hostname, port or (443 if parts.scheme == "https" else 80))
     except ValidationFailed as exc:

@@ -9,8 +9,17 @@ from django.utils import timezone
 
 from .audit import Actor, Verb, audit
 from .egress import validate_base_url
-from .errors import StateConflict, ValidationFailed
-from .models import ApiToken, Membership, Principal, Role, Tenant, Tool, ToolEffect
+from .errors import PermissionDenied, StateConflict, ValidationFailed
+from .models import (
+    ApiToken,
+    Membership,
+    Principal,
+    Role,
+    Tenant,
+    Tool,
+    ToolEffect,
+    new_signing_secret,
+)
 
 
 def tenant_create(*, slug: str, name: str = "", actor: Actor) -> Tenant:
@@ -29,7 +38,7 @@ def principal_create(*, tenant: Tenant, name: str, actor: Actor) -> tuple[Princi
         if Principal.objects.filter(tenant=tenant, name=name).exists():
             raise StateConflict(f"Principal {name!r} already exists in {tenant.slug}.")
         principal = Principal.objects.create(tenant=tenant, name=name)
-        _token, raw = ApiToken.issue(principal=principal)
+        _token, raw = _issue(actor, principal=principal)
         audit(actor=actor, verb=Verb.PRINCIPAL_CREATE, obj=principal, after={"name": name})
     return principal, raw
 
@@ -56,7 +65,7 @@ def operator_create(
         membership, _ = Membership.objects.update_or_create(
             user=user, tenant=tenant, defaults={"role": role}
         )
-        _token, raw = ApiToken.issue(user=user)
+        _token, raw = _issue(actor, user=user)
         audit(
             actor=actor,
             verb=Verb.OPERATOR_GRANT_ROLE,
@@ -126,6 +135,36 @@ def _token_facts(token: ApiToken) -> dict:
     }
 
 
+def check_token_issue(*, actor: Actor, principal=None, user=None) -> str | None:
+    """May `actor` receive a new secret for this owner? None, or the refusal in words.
+
+    A person's credentials are theirs alone: an operator's token is issued to that operator
+    (API, console, CLI), or on the command line by someone with shell access (the system
+    actor), never to another operator, admins included. Otherwise one admin could act as
+    another and defeat four eyes. A principal is an agent, not a person: its admins issue
+    its tokens."""
+    if actor.kind == "system":
+        return None
+    if principal is not None:
+        if actor.has_role(Role.ADMIN):
+            return None
+        return "A principal's tokens are issued by an admin."
+    if actor.kind == "operator" and actor.name == user.get_username():
+        return None
+    return (
+        f"A person's credentials are theirs alone: only {user.get_username()} can issue a "
+        "token for themselves (or someone with shell access, with `manage.py token create`). "
+        "An admin may list, expire and revoke their tokens."
+    )
+
+
+def _issue(actor: Actor, *, principal=None, user=None, **fields) -> tuple[ApiToken, str]:
+    """Every path that mints a secret goes through here, so the rule above holds for each."""
+    if refusal := check_token_issue(actor=actor, principal=principal, user=user):
+        raise PermissionDenied(refusal)
+    return ApiToken.issue(principal=principal, user=user, **fields)
+
+
 def token_issue(
     *, tenant: Tenant, actor: Actor, principal=None, user=None, name: str = "", expires_at=None
 ) -> tuple[ApiToken, str]:
@@ -133,9 +172,7 @@ def token_issue(
     if expires_at is not None and expires_at <= timezone.now():
         raise ValidationFailed("Already expired.", {"expires_at": ["Must be in the future."]})
     with transaction.atomic():
-        token, raw = ApiToken.issue(
-            principal=principal, user=user, name=name, expires_at=expires_at
-        )
+        token, raw = _issue(actor, principal=principal, user=user, name=name, expires_at=expires_at)
         audit(
             actor=actor, verb=Verb.TOKEN_ISSUE, obj=token, tenant=tenant, after=_token_facts(token)
         )
@@ -175,14 +212,21 @@ def token_rotate(
     expires_at=UNCHANGED,
     overlap_seconds: float = 0,
     reason: str = "",
-) -> tuple[ApiToken, str]:
+) -> tuple[ApiToken | None, str | None]:
     """Replace a token by a new one for the same owner and purpose.
 
     The old token is revoked at once, or, with `overlap_seconds`, expires that much later,
     so that a fleet can switch without a failed request. The new one keeps the old one's
     lifetime (a 90-day token is replaced by a 90-day token) unless `expires_at` is given.
     A token can be rotated once: the second of two racing rotations is a conflict.
+
+    Rotating another person's token (`check_token_issue` refuses `actor` their secret)
+    revokes it at once and returns `(None, None)`: no successor, so that its owner issues
+    their own, and nobody else ever holds it.
     """
+    if check_token_issue(actor=actor, principal=token.principal, user=token.user):
+        reason = reason or f"Rotated by {actor.name}, who may not hold this person's secret."
+        return token_revoke(token, tenant=tenant, actor=actor, reason=reason), None
     now = timezone.now()
     with transaction.atomic():
         old = ApiToken.objects.select_for_update(no_key=True).get(pk=token.pk)
@@ -194,7 +238,8 @@ def token_rotate(
             raise StateConflict("This token was already rotated.")
         if expires_at is UNCHANGED:
             expires_at = now + (old.expires_at - old.created_at) if old.expires_at else None
-        new, raw = ApiToken.issue(
+        new, raw = _issue(
+            actor,
             principal=old.principal,
             user=old.user,
             name=old.name,
@@ -235,20 +280,63 @@ def operator_manageable(tenant: Tenant, user, admin_user=None) -> bool:
     return not Membership.objects.filter(user=user).exclude(tenant__in=admin_of).exists()
 
 
-def tokens_manageable(tenant: Tenant, admin_user=None):
+def tokens_manageable(tenant: Tenant, admin_user=None, *, own: bool = False):
     """The tokens an admin of `tenant` may see and change: those of its principals, and
     those of operators who belong to it and to no tenant where `admin_user` is not admin
     (an admin of one tenant must not lock a person out of another). Without `admin_user`
-    (the command line, a platform operator): every operator of the tenant."""
+    (the command line, a platform operator): every operator of the tenant. With `own`:
+    only `admin_user`'s own tokens (what an operator who is not an admin may manage)."""
+    tokens = ApiToken.objects.select_related("principal", "user")
+    if own:
+        return tokens.filter(user=admin_user)
     members = Membership.objects.filter(tenant=tenant).values("user")
     operators = Q(user__in=members)
     if admin_user is not None:
         admin_of = Membership.objects.filter(user=admin_user, role=Role.ADMIN).values("tenant")
         elsewhere = Membership.objects.exclude(tenant__in=admin_of).values("user")
-        operators &= ~Q(user__in=elsewhere)
-    return ApiToken.objects.select_related("principal", "user").filter(
-        Q(principal__tenant=tenant) | operators
-    )
+        operators &= ~Q(user__in=elsewhere) | Q(user=admin_user)
+    return tokens.filter(Q(principal__tenant=tenant) | operators)
+
+
+def tool_rotate_secret(
+    tool: Tool, *, actor: Actor, overlap_seconds: float = 0, reason: str = ""
+) -> Tool:
+    """A new signing secret for `tool`, returned on the tool (`tool.signing_secret`) to be
+    shown once. With `overlap_seconds`, requests are signed with the previous secret too
+    until then, so that the tool can switch without refusing a call; without, the old one
+    stops at once. Admin only, audited (never the secrets themselves)."""
+    actor.require(Role.ADMIN)
+    if not 0 <= overlap_seconds <= 7 * 24 * 3600:
+        raise ValidationFailed(
+            "Overlap out of range.", {"overlap_seconds": ["Between 0 and 7 days."]}
+        )
+    now = timezone.now()
+    with transaction.atomic():
+        tool = Tool.objects.select_for_update(no_key=True).get(pk=tool.pk)
+        until = now + timedelta(seconds=overlap_seconds) if overlap_seconds else None
+        tool.previous_signing_secret = tool.signing_secret if until else ""
+        tool.previous_secret_expires_at = until
+        tool.signing_secret = new_signing_secret()
+        tool.signing_secret_created_at = now
+        tool.save(
+            update_fields=[
+                "previous_signing_secret",
+                "previous_secret_expires_at",
+                "signing_secret",
+                "signing_secret_created_at",
+            ]
+        )
+        audit(
+            actor=actor,
+            verb=Verb.TOOL_ROTATE_SECRET,
+            obj=tool,
+            after={
+                "secret_created_at": now.isoformat(),
+                "previous_expires_at": until.isoformat() if until else None,
+            },
+            reason=reason,
+        )
+    return tool
 
 
 def _check_declaration(effect: str, lookup: bool, requires_approval: bool) -> None:

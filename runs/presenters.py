@@ -212,9 +212,10 @@ def audit_dict(event) -> dict:
     }
 
 
-def tool_dict(tool, *, with_url: bool = True) -> dict:
-    """A tool; without its base_url for callers that only use it (principals): where a tool
-    lives is the deployer's and the tenant admin's business, not the agent's."""
+def tool_dict(tool, *, with_url: bool = True, with_secret: bool = False) -> dict:
+    """A tool; without its base_url and signing facts for callers that only use it
+    (principals): where a tool lives is the deployer's and the tenant admin's business, not
+    the agent's. `signing_secret` only once, when it was generated (`with_secret`)."""
     out = {
         "id": str(tool.pk),
         "name": tool.name,
@@ -227,9 +228,18 @@ def tool_dict(tool, *, with_url: bool = True) -> dict:
         "identity_fields": tool.identity_fields,
         "timeout_seconds": tool.timeout_seconds,
         "created_at": _iso(tool.created_at),
+        "signing_secret_created_at": _iso(tool.signing_secret_created_at),
+        "previous_secret_expires_at": _iso(tool.previous_secret_expires_at),
     }
+    if with_secret:
+        out["signing_secret"] = tool.signing_secret
     if not with_url:
-        del out["base_url"]
+        for operator_only in (
+            "base_url",
+            "signing_secret_created_at",
+            "previous_secret_expires_at",
+        ):
+            del out[operator_only]
     return out
 
 

@@ -220,7 +220,11 @@ AUTHENTICATION_BACKENDS = [
 ]
 AXES_FAILURE_LIMIT = int(os.environ.get("SIGNIN_FAILURE_LIMIT", 5))
 AXES_COOLOFF_TIME = timedelta(minutes=env_float("SIGNIN_LOCKOUT_MINUTES", 15))
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # either one: per account, per address
+# Per (account, address): wrong passwords from one address lock that account *there*, never
+# for its owner elsewhere (a lockout per account alone would let anyone lock a named person
+# out). Per address across accounts: console.signin's own check, SIGNIN_ADDRESS_FAILURE_LIMIT.
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+SIGNIN_ADDRESS_FAILURE_LIMIT = int(os.environ.get("SIGNIN_ADDRESS_FAILURE_LIMIT", 20))
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "console.signin.locked_out"
 AXES_VERBOSE = False

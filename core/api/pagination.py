@@ -16,9 +16,13 @@ def encode_cursor(at: datetime, pk) -> str:
     return base64.urlsafe_b64encode(f"{at.isoformat()}|{pk}".encode()).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str, *, name: str = "cursor") -> tuple[datetime, str]:
-    """(aware datetime, UUID string); anything else is a 400 naming the parameter, so that a
-    crafted cursor never reaches the database (where "zzz" is no uuid: a 500)."""
+MAX_BIGINT = 2**63 - 1
+
+
+def decode_cursor(cursor: str, *, name: str = "cursor") -> tuple[datetime, str | int]:
+    """(aware datetime, UUID string or integer id); anything else is a 400 naming the
+    parameter, so that a crafted cursor never reaches the database (where "zzz" is no uuid:
+    a 500). Which of the two the list's rows have is checked by `after`."""
     try:
         if len(cursor) > 200:
             raise ValueError("too long")
@@ -27,9 +31,20 @@ def decode_cursor(cursor: str, *, name: str = "cursor") -> tuple[datetime, str]:
         at = datetime.fromisoformat(at)
         if at.tzinfo is None:
             raise ValueError("naive datetime")
+        if pk.isascii() and pk.isdigit() and int(pk) <= MAX_BIGINT:
+            return at, int(pk)
         return at, str(uuid.UUID(pk))
     except (ValueError, binascii.Error, UnicodeError, OverflowError) as exc:
         raise ValidationFailed("Bad cursor.", {name: ["Not a cursor this API issued."]}) from exc
+
+
+def _pk_of(qs, pk, name: str):
+    """The cursor's id as the list's rows spell theirs: a cursor of one list (UUID ids)
+    presented to another (integer ids) is a 400, not a query PostgreSQL refuses."""
+    integer = qs.model._meta.pk.get_internal_type() in {"AutoField", "BigAutoField"}
+    if integer != isinstance(pk, int):
+        raise ValidationFailed("Bad cursor.", {name: ["Not a cursor of this list."]})
+    return pk
 
 
 def after(qs, cursor, *, field="created_at", newest_first=True):
@@ -41,6 +56,7 @@ def after(qs, cursor, *, field="created_at", newest_first=True):
     if cursor is None:
         return qs
     at, pk = cursor
+    pk = _pk_of(qs, pk, "cursor")
     if newest_first:
         return qs.filter(Q(**{f"{field}__lte": at}), Q(**{f"{field}__lt": at}) | Q(pk__lt=pk))
     return qs.filter(Q(**{f"{field}__gte": at}), Q(**{f"{field}__gt": at}) | Q(pk__gt=pk))

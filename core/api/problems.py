@@ -21,7 +21,20 @@ RETRY_AFTER_SECONDS = "2"
 def problem_body(slug: str, title: str, status: int, detail: str, **extra) -> dict:
     body = {"type": f"/problems/{slug}", "title": title, "status": status, "detail": detail}
     body.update({k: v for k, v in extra.items() if v is not None})
-    return body
+    return _printable(body)
+
+
+def _printable(value):
+    """Messages may echo the client's input ("\ud800" is not a valid choice): a lone
+    surrogate cannot be encoded as UTF-8, so it is written out as its escape, and the 400
+    stays a 400 instead of failing to render."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_printable(k): _printable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_printable(v) for v in value]
+    return value
 
 
 def problem(slug, title, status, detail, headers=None, **extra) -> Response:

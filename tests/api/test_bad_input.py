@@ -422,3 +422,97 @@ def test_an_input_file_does_not_outlive_a_run_row_that_failed_to_commit(w):
     assert response.status_code == 503, response.content
     assert problem(response)["type"] == "/problems/temporarily-unavailable"
     assert written(w) == before  # no row, no audit event, no file
+
+
+# --- the second review: five input classes that answered 500 --------------------------------
+
+
+@pytest.mark.parametrize(
+    ("who", "method", "path_of", "field"),
+    [
+        ("oncall", "post", lambda w, a: f"/api/v1/actions/{a}/resolve", "outcome"),
+        ("admin", "post", lambda w, a: "/api/v1/tools", "effect"),
+        ("admin", "post", lambda w, a: "/api/v1/tools/update_ticket/declaration", "effect"),
+        ("oncall", "post", lambda w, a: "/api/v1/bulk/preview", "operation"),
+        ("agent", "post", lambda w, a: f"/api/v1/runs/{w.run['id']}/finish", "status"),
+        ("agent", "post", lambda w, a: "/api/v1/runs", "trigger"),
+    ],
+)
+def test_a_lone_surrogate_in_an_enum_field_is_a_400_naming_it(w, who, method, path_of, field):
+    from tests.builders import make_needs_human
+
+    action = make_needs_human(w)
+    base = {
+        "outcome": {"outcome": "failed", "reason": "r"},
+        "effect": {"name": "t2", "base_url": "http://127.0.0.1:9/x", "reason": "r"},
+        "operation": {"ids": [str(action.pk)]},
+        "status": {},
+        "trigger": {},
+    }[field]
+    before = written(w)
+    body = as_json_text({**base, field: SURROGATE})
+    response = getattr(getattr(w, who).client(), method)(
+        path_of(w, action.pk), body, content_type="application/json"
+    )
+    assert response.status_code == 400, response.content
+    assert field in problem(response)["errors"]
+    assert "\\ud800" in json.dumps(problem(response)["errors"][field])
+    assert written(w) == before
+
+
+def test_a_cursor_of_another_list_is_a_400_and_integer_lists_follow_their_own(w):
+    """/idempotency-conflicts is keyed by an integer id: a well-formed (time, uuid) cursor
+    from another list is a 400 naming it, and its own `next` cursor is followed."""
+    admin = w.admin.client()
+    foreign = b64(f"2026-01-01T00:00:00+00:00|{uuid.uuid4()}")
+    response = admin.get(f"/api/v1/idempotency-conflicts?cursor={foreign}")
+    assert response.status_code == 400 and "cursor" in problem(response)["errors"]
+    tool = "update_ticket"
+    w.propose(w.run["id"], "conflicted", tool=tool, target="T-1", desired_state={"s": "open"})
+    for n in range(51):
+        refused = w.propose(
+            w.run["id"], "conflicted", tool=tool, target=f"T-{n + 2}", desired_state={}
+        )
+        assert refused.status_code == 422
+    first = admin.get("/api/v1/idempotency-conflicts").json()
+    assert len(first["results"]) == 50 and first["next"]
+    second = admin.get(f"/api/v1/idempotency-conflicts?cursor={first['next']}")
+    assert second.status_code == 200, second.content
+    assert len(second.json()["results"]) == 1
+    ids = {c["id"] for c in first["results"]} | {c["id"] for c in second.json()["results"]}
+    assert len(ids) == 51
+    # And a UUID list refuses an integer list's cursor.
+    assert admin.get(f"/api/v1/audit?cursor={first['next']}").status_code == 400
+    # The console shows its first page for either.
+    for path in ("/conflicts/", "/notifications/deliveries/"):
+        assert console(w.admin).get(f"{path}?after={foreign}").status_code == 200
+    paged = console(w.admin).get(f"/conflicts/?after={first['next']}")
+    assert paged.status_code == 200
+
+
+@pytest.mark.parametrize("path", ["/api/v1/tools/%00", "/api/v1/tools/a%00b/declaration"])
+def test_a_nul_in_a_tool_name_in_the_path_is_a_404(w, path):
+    for client in (w.admin.client(), w.agent.client()):
+        response = client.get(path) if "declaration" not in path else client.post(path, {})
+        assert response.status_code == 404, response.content
+        assert problem(response)["type"] == "/problems/not-found"
+
+
+@pytest.mark.parametrize("field", ["config", "trigger", "session_id"])
+def test_a_multipart_field_sent_as_a_file_part_is_a_400_naming_it(w, field):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    before = written(w)
+    form = {"trigger": "api", "config": "{}"}
+    form[field] = SimpleUploadedFile("x.json", b'{"a": 1}', content_type="application/json")
+    response = w.agent.client().post("/api/v1/runs", form, format="multipart")
+    assert_refused(w, before, response, field)
+
+
+def test_metrics_with_a_non_ascii_bearer_is_a_401_not_a_500(w, settings):
+    settings.METRICS_TOKEN = "scrape-me"
+    for value in ("Bearer é", "Bearer \u2603", "Bearer scrape-mé"):
+        response = Client().get("/metrics", HTTP_AUTHORIZATION=value)
+        assert response.status_code == 401, (value, response.status_code)
+        assert response["Content-Type"] == "application/problem+json"
+    assert Client().get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me").status_code == 200

@@ -29,31 +29,43 @@ def attempt(username, password, address):
 
 
 def address() -> str:
-    return f"192.0.2.{uuid.uuid4().int % 250 + 1}"
+    return f"10.{uuid.uuid4().int % 250}.{uuid.uuid4().int % 250}.{uuid.uuid4().int % 250 + 1}"
 
 
-def test_wrong_passwords_lock_the_account_even_for_the_right_one(w, settings):
+def test_wrong_passwords_lock_the_account_at_that_address_even_for_the_right_one(w, settings):
     name = w.oncall.username
+    attacker = address()
     for i in range(settings.AXES_FAILURE_LIMIT):
-        # Each from a different address: the account itself is what gets locked.
-        response = attempt(name, f"wrong-{i}", f"198.51.100.{i + 1}")
+        response = attempt(name, f"wrong-{i}", attacker)
         assert response.status_code in (200, 429)
-    locked = attempt(name, PASSWORD, "203.0.113.9")
+    locked = attempt(name, PASSWORD, attacker)
     assert locked.status_code == 429
     page = locked.content.decode()
-    assert "Too many failed sign-ins" in page and "locked for 15 minutes" in page
+    assert "Too many failed sign-ins" in page and "locked here for 15 minutes" in page
     assert locked["Retry-After"] == "900"
     assert "_auth_user_id" not in locked.client.session
     event = AuditEvent.objects.get(tenant=w.tenant, verb="operator.locked_out")
-    assert event.after["username"] == name
+    assert event.after == {"username": name, "ip_address": attacker}
     # Another account from that address is untouched.
-    assert attempt(w.approver.username, PASSWORD, "203.0.113.9").status_code == 302
+    assert attempt(w.approver.username, PASSWORD, attacker).status_code == 302
 
 
-def test_wrong_passwords_from_one_address_lock_that_address(w, settings):
+def test_nobody_can_lock_a_named_person_out_from_their_own_address(w, settings):
+    """Guessing someone's password from one address (or several) locks the guesser, not the
+    person: they still sign in from theirs."""
+    name = w.admin.username
+    for guesser in ("198.51.100.7", "198.51.100.8", "198.51.100.9"):
+        for i in range(settings.AXES_FAILURE_LIMIT + 2):
+            attempt(name, f"guess-{i}", guesser)
+        assert attempt(name, PASSWORD, guesser).status_code == 429
+    assert attempt(name, PASSWORD, "203.0.113.20").status_code == 302
+
+
+def test_wrong_passwords_from_one_address_across_accounts_lock_that_address(w, settings):
     here = address()
-    for i in range(settings.AXES_FAILURE_LIMIT):
-        attempt(f"nobody-{i}-{uuid.uuid4().hex[:6]}", "guess", here)
+    for i in range(settings.SIGNIN_ADDRESS_FAILURE_LIMIT):
+        response = attempt(f"nobody-{i}-{uuid.uuid4().hex[:6]}", "guess", here)
+        assert response.status_code == 200, i  # each account only once: no per-account lock
     assert attempt(w.admin.username, PASSWORD, here).status_code == 429
     assert attempt(w.admin.username, PASSWORD, address()).status_code == 302
 

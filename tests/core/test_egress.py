@@ -122,6 +122,86 @@ def test_link_local_needs_an_explicit_entry_not_a_broad_range():
     assert not rules.address_allowed(ip("fe80::1"))
 
 
+INWARD = ["127.0.0.1", "127.1.2.3", "::1", "0.0.0.0", "::", "169.254.169.254", "fe80::1"]
+
+
+@pytest.mark.parametrize("broad", ["0.0.0.0/0,::/0", "0.0.0.0/0", "::/0", "0.0.0.0/1,128.0.0.0/1"])
+@pytest.mark.parametrize("inward", INWARD)
+def test_a_broad_range_never_allows_an_inward_address(broad, inward):
+    rules = egress.parse_allowlist(broad)
+    ip = egress.ipaddress.ip_address
+    assert not rules.address_allowed(ip(inward))
+    assert not rules.address_allowed(ip(inward), host="tools.acme.com")
+    assert not rules.address_allowed(ip("::ffff:" + inward)) if "." in inward else True
+
+
+@pytest.mark.parametrize(
+    ("entry", "allowed", "refused"),
+    [
+        ("127.0.0.0/8", ["127.0.0.1", "127.9.9.9"], ["::1", "0.0.0.0", "169.254.169.254"]),
+        ("::1", ["::1"], ["127.0.0.1", "::"]),
+        ("0.0.0.0/32", ["0.0.0.0"], ["127.0.0.1"]),
+        ("::/128", ["::"], ["::1"]),
+        ("169.254.169.254/32", ["169.254.169.254"], ["169.254.169.253", "127.0.0.1"]),
+    ],
+)
+def test_an_inward_address_is_allowed_when_listed_on_its_own(entry, allowed, refused):
+    rules = egress.parse_allowlist(f"0.0.0.0/0,::/0,{entry}")
+    ip = egress.ipaddress.ip_address
+    for address in allowed:
+        assert rules.address_allowed(ip(address)), address
+    for address in refused:
+        assert not rules.address_allowed(ip(address)), address
+
+
+def test_a_localhost_name_entry_allows_loopback_for_localhost_only():
+    """As README "The egress policy" says: the name `localhost` means loopback, so listing it
+    allows the loopback addresses it resolves to, and only for that name."""
+    rules = egress.parse_allowlist("localhost")
+    ip = egress.ipaddress.ip_address
+    assert rules.address_allowed(ip("127.0.0.1"), host="localhost")
+    assert rules.address_allowed(ip("::1"), host="LOCALHOST.")
+    assert not rules.address_allowed(ip("127.0.0.1"))  # the literal needs a CIDR entry
+    assert not rules.address_allowed(ip("127.0.0.1"), host="evil.example")
+    assert not rules.address_allowed(ip("169.254.169.254"), host="localhost")
+    assert not rules.address_allowed(ip("10.0.0.1"), host="localhost")
+
+
+def test_registration_under_a_broad_range_refuses_inward_literals(world, settings):
+    settings.TOOL_URL_ALLOWLIST = "0.0.0.0/0,::/0"
+    admin = world.admin.client()
+    for url in ("http://127.0.0.1:8765/t", "http://[::1]:8765/t", "http://0.0.0.0:80/t"):
+        body = {"name": "x", "base_url": url}
+        response = admin.post("/api/v1/tools", body, format="json")
+        assert response.status_code == 400, (url, response.content)
+        assert "on its own" in " ".join(problem(response)["errors"]["base_url"])
+
+
+def test_a_localhost_only_allowlist_reaches_a_tool_on_localhost(world, downstream, settings):
+    settings.TOOL_URL_ALLOWLIST = "localhost"
+    port = downstream.url.rsplit(":", 1)[1]
+    response = world.admin.client().post(
+        "/api/v1/tools",
+        {"name": "local", "base_url": f"http://localhost:{port}/tickets"},
+        format="json",
+    )
+    assert response.status_code == 201, response.content
+    with egress.egress_client(5) as client:
+        assert client.get(f"http://localhost:{port}/tickets/state/none").status_code == 404
+        with pytest.raises(httpx.ConnectError):
+            client.get(f"http://127.0.0.1:{port}/tickets/state/none")
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:0/hook", "https://localhost:0/hook"])
+def test_a_webhook_url_on_port_0_is_refused_like_a_tool_url(url):
+    from core.errors import ValidationFailed
+    from core.notifications import validate_url
+
+    with pytest.raises(ValidationFailed) as refused:
+        validate_url(url)
+    assert "Port 0" in " ".join(refused.value.extra["errors"]["url"])
+
+
 def test_the_default_allowlist_is_loopback_only():
     rules = egress.parse_allowlist(egress.DEFAULT_ALLOWLIST)
     ip = egress.ipaddress.ip_address
