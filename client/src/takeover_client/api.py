@@ -53,6 +53,7 @@ OPERATIONS = [
     "tools_declare",
     "tools_list",
     "tools_retrieve",
+    "tools_rotate_secret",
 ]
 
 
@@ -605,8 +606,9 @@ class Api(SyncBase):
         name: str = UNSET,
         expires_in_seconds: float | None = UNSET,
     ) -> models.TokenCreatedOut:
-        """POST /api/v1/tokens: Admin: the tokens of this tenant's principals and operators;
-        issue one."""
+        """POST /api/v1/tokens: Tokens. Any operator lists and issues their own (no owner in the
+        body); an admin lists the tenant's and issues a principal's. Nobody receives another
+        operator's secret."""
         return self._call(
             "POST",
             "/tokens",
@@ -623,8 +625,9 @@ class Api(SyncBase):
         )
 
     def tokens_list(self, *, cursor: str = UNSET, state: str = UNSET) -> models.TokenPage:
-        """GET /api/v1/tokens: Admin: the tokens of this tenant's principals and operators; issue
-        one."""
+        """GET /api/v1/tokens: Tokens. Any operator lists and issues their own (no owner in the
+        body); an admin lists the tenant's and issues a principal's. Nobody receives another
+        operator's secret."""
         return self._call(
             "GET",
             "/tokens",
@@ -654,8 +657,11 @@ class Api(SyncBase):
         expires_in_seconds: float | None = UNSET,
         overlap_seconds: float = UNSET,
         reason: str = UNSET,
-    ) -> models.TokenCreatedOut:
-        """POST /api/v1/tokens/{id}/rotate"""
+    ) -> models.TokenCreatedOut | models.TokenOut:
+        """POST /api/v1/tokens/{id}/rotate: Your own token, or (admin) a principal's: 201 with
+        its successor, shown once. (Admin) another operator's token: it is revoked at once and
+        there is no successor (200, the revoked token): a person's credentials are theirs
+        alone."""
         return self._call(
             "POST",
             "/tokens/{id}/rotate",
@@ -667,7 +673,7 @@ class Api(SyncBase):
                 "overlap_seconds": overlap_seconds,
                 "reason": reason,
             },
-            returns={201: models.TokenCreatedOut},
+            returns={201: models.TokenCreatedOut, 200: models.TokenOut},
         )
 
     def tools_create(
@@ -680,7 +686,7 @@ class Api(SyncBase):
         requires_approval: bool = UNSET,
         identity_fields: list[str] = UNSET,
         timeout_seconds: float = UNSET,
-    ) -> models.ToolOut:
+    ) -> models.ToolCreatedOut:
         """POST /api/v1/tools"""
         return self._call(
             "POST",
@@ -697,7 +703,7 @@ class Api(SyncBase):
                 "identity_fields": identity_fields,
                 "timeout_seconds": timeout_seconds,
             },
-            returns={201: models.ToolOut},
+            returns={201: models.ToolCreatedOut},
         )
 
     def tools_declare(
@@ -738,6 +744,22 @@ class Api(SyncBase):
             headers={},
             body=None,
             returns={200: models.ToolOut},
+        )
+
+    def tools_rotate_secret(
+        self, name: str, *, overlap_seconds: float = UNSET, reason: str = UNSET
+    ) -> models.ToolCreatedOut:
+        """POST /api/v1/tools/{name}/rotate-secret: A new signing secret for the tool (admin,
+        audited as `tool.rotate_secret`). With `overlap_seconds`, requests carry a signature
+        with the old secret too until then, so the tool can switch without refusing a call."""
+        return self._call(
+            "POST",
+            "/tools/{name}/rotate-secret",
+            {"name": name},
+            query={},
+            headers={},
+            body={"overlap_seconds": overlap_seconds, "reason": reason},
+            returns={201: models.ToolCreatedOut},
         )
 
 
@@ -1294,8 +1316,9 @@ class AsyncApi(AsyncBase):
         name: str = UNSET,
         expires_in_seconds: float | None = UNSET,
     ) -> models.TokenCreatedOut:
-        """POST /api/v1/tokens: Admin: the tokens of this tenant's principals and operators;
-        issue one."""
+        """POST /api/v1/tokens: Tokens. Any operator lists and issues their own (no owner in the
+        body); an admin lists the tenant's and issues a principal's. Nobody receives another
+        operator's secret."""
         return await self._call(
             "POST",
             "/tokens",
@@ -1312,8 +1335,9 @@ class AsyncApi(AsyncBase):
         )
 
     async def tokens_list(self, *, cursor: str = UNSET, state: str = UNSET) -> models.TokenPage:
-        """GET /api/v1/tokens: Admin: the tokens of this tenant's principals and operators; issue
-        one."""
+        """GET /api/v1/tokens: Tokens. Any operator lists and issues their own (no owner in the
+        body); an admin lists the tenant's and issues a principal's. Nobody receives another
+        operator's secret."""
         return await self._call(
             "GET",
             "/tokens",
@@ -1343,8 +1367,11 @@ class AsyncApi(AsyncBase):
         expires_in_seconds: float | None = UNSET,
         overlap_seconds: float = UNSET,
         reason: str = UNSET,
-    ) -> models.TokenCreatedOut:
-        """POST /api/v1/tokens/{id}/rotate"""
+    ) -> models.TokenCreatedOut | models.TokenOut:
+        """POST /api/v1/tokens/{id}/rotate: Your own token, or (admin) a principal's: 201 with
+        its successor, shown once. (Admin) another operator's token: it is revoked at once and
+        there is no successor (200, the revoked token): a person's credentials are theirs
+        alone."""
         return await self._call(
             "POST",
             "/tokens/{id}/rotate",
@@ -1356,7 +1383,7 @@ class AsyncApi(AsyncBase):
                 "overlap_seconds": overlap_seconds,
                 "reason": reason,
             },
-            returns={201: models.TokenCreatedOut},
+            returns={201: models.TokenCreatedOut, 200: models.TokenOut},
         )
 
     async def tools_create(
@@ -1369,7 +1396,7 @@ class AsyncApi(AsyncBase):
         requires_approval: bool = UNSET,
         identity_fields: list[str] = UNSET,
         timeout_seconds: float = UNSET,
-    ) -> models.ToolOut:
+    ) -> models.ToolCreatedOut:
         """POST /api/v1/tools"""
         return await self._call(
             "POST",
@@ -1386,7 +1413,7 @@ class AsyncApi(AsyncBase):
                 "identity_fields": identity_fields,
                 "timeout_seconds": timeout_seconds,
             },
-            returns={201: models.ToolOut},
+            returns={201: models.ToolCreatedOut},
         )
 
     async def tools_declare(
@@ -1427,4 +1454,20 @@ class AsyncApi(AsyncBase):
             headers={},
             body=None,
             returns={200: models.ToolOut},
+        )
+
+    async def tools_rotate_secret(
+        self, name: str, *, overlap_seconds: float = UNSET, reason: str = UNSET
+    ) -> models.ToolCreatedOut:
+        """POST /api/v1/tools/{name}/rotate-secret: A new signing secret for the tool (admin,
+        audited as `tool.rotate_secret`). With `overlap_seconds`, requests carry a signature
+        with the old secret too until then, so the tool can switch without refusing a call."""
+        return await self._call(
+            "POST",
+            "/tools/{name}/rotate-secret",
+            {"name": name},
+            query={},
+            headers={},
+            body={"overlap_seconds": overlap_seconds, "reason": reason},
+            returns={201: models.ToolCreatedOut},
         )

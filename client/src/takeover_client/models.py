@@ -699,6 +699,35 @@ class TokenPage(Model):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ToolCreatedOut(Model):
+    """The `ToolCreatedOut` schema."""
+
+    id: str
+    name: str
+    base_url: str | None = None
+    effect: EffectEnum
+    """`read_only`: no side effect (no approval, no ledger key, never at risk in a replay);
+    `idempotent`: applies an Idempotency-Key at most once and answers a repeat with the first
+    result (an unknown outcome is re-sent with the same key); `unsafe`: neither (the default)."""
+    lookup: bool
+    """Answers GET {base_url}/effects/{key}: 200 `{applied: true, state, version}` or 404;
+    reconciliation asks it first."""
+    declared_by: ActorOut | None
+    """Who made the declaration in force."""
+    declared_at: datetime | None
+    requires_approval: bool
+    identity_fields: list[str]
+    timeout_seconds: float
+    created_at: datetime
+    signing_secret_created_at: datetime | None = None
+    previous_secret_expires_at: datetime | None = None
+    """While set and in the future, requests are signed with the previous secret too."""
+    signing_secret: str
+    """The secret every request to this tool is signed with (`Takeover-Signature`): shown this
+    once."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class ToolOut(Model):
     """The `ToolOut` schema."""
 
@@ -719,6 +748,9 @@ class ToolOut(Model):
     identity_fields: list[str]
     timeout_seconds: float
     created_at: datetime
+    signing_secret_created_at: datetime | None = None
+    previous_secret_expires_at: datetime | None = None
+    """While set and in the future, requests are signed with the previous secret too."""
 
 
 @dataclass(frozen=True, kw_only=True)
