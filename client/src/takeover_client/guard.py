@@ -128,7 +128,12 @@ def _approval_id(answer: Any) -> str | None:
 
 
 class Guard:
-    """`guard(...)`: the proposal's parts from a tool's arguments, and the wrapper."""
+    """`guard(tool, target_from=..., ...)`, the decorator (module docstring).
+
+    `target_from`, `key_from`, `expected_version_from` and `approval_id_from` are an
+    argument's name or a function of the bound arguments (a dict). `run` is a Run/AsyncRun or
+    a function returning one (default: the current run). `on_approval(request)` pauses
+    instead of waiting for an approval."""
 
     def __init__(
         self,
@@ -246,30 +251,5 @@ class Guard:
         return wrapper
 
 
-def guard(
-    tool: str,
-    *,
-    target_from: ArgPick,
-    key_from: ArgPick | None = None,
-    expected_version_from: ArgPick | None = None,
-    approval_id_from: ArgPick | None = None,
-    timeout: float = 60.0,
-    run: Any = None,
-    raise_on_failure: bool = False,
-    on_approval: Callable[[dict[str, Any]], Any] | None = None,
-) -> Guard:
-    """See the module docstring. `target_from`, `key_from`, `expected_version_from` and
-    `approval_id_from` are an argument's name or a function of the bound arguments (a dict).
-    `run` is a Run/AsyncRun or a function returning one (default: the current run).
-    `on_approval(request)` pauses instead of waiting for an approval (module docstring)."""
-    return Guard(
-        tool,
-        target_from=target_from,
-        key_from=key_from,
-        expected_version_from=expected_version_from,
-        approval_id_from=approval_id_from,
-        timeout=timeout,
-        run=run,
-        raise_on_failure=raise_on_failure,
-        on_approval=on_approval,
-    )
+# `guard(...)` reads as the decorator it is; the class is what it builds.
+guard = Guard
