@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import signing
-from .verifier import AsgiVerifier, Secrets, Verifier, WsgiVerifier, read_wsgi_body
+from .verifier import AsgiVerifier, BodyError, Secrets, Verifier, WsgiVerifier, read_wsgi_body
 
 logger = logging.getLogger("takeover_client.tool")
 
@@ -267,8 +267,9 @@ class Tool:
         def app(environ: dict, start_response: Callable):
             try:
                 body = read_wsgi_body(environ, MAX_BODY_BYTES)
-            except ValueError as exc:
-                response = Response(413, {"error": "payload_too_large", "detail": str(exc)})
+            except BodyError as exc:
+                error = "payload_too_large" if exc.status == 413 else "bad_request"
+                response = Response(exc.status, {"error": error, "detail": str(exc)})
             else:
                 path = environ.get("PATH_INFO", "").encode("latin-1").decode("utf-8", "replace")
                 headers = {
@@ -304,12 +305,19 @@ class Tool:
                         return
             if scope["type"] != "http":
                 return
-            chunks, more = [], True
+            chunks, size, more = [], 0, True
             while more:
                 message = await receive()
                 if message["type"] == "http.disconnect":
                     return
                 chunks.append(message.get("body", b""))
+                size += len(chunks[-1])
+                if size > MAX_BODY_BYTES:
+                    detail = f"The body is over {MAX_BODY_BYTES} bytes."
+                    await _send_asgi(
+                        send, Response(413, {"error": "payload_too_large", "detail": detail})
+                    )
+                    return
                 more = message.get("more_body", False)
             path, root = scope.get("path", ""), scope.get("root_path", "")
             if root and path.startswith(root):
@@ -318,19 +326,7 @@ class Tool:
             # Sync functions (a database call) run in the loop's thread here; a busy tool
             # runs the WSGI app under a threaded server, or wraps its own calls.
             response = self._safely(scope["method"], path, headers, b"".join(chunks))
-            data = response.json_bytes()
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": response.status,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(data)).encode()),
-                        *((k.encode(), v.encode()) for k, v in response.headers.items()),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": data})
+            await _send_asgi(send, response)
 
         return AsgiVerifier(app, self.verifier) if self.verifier else app
 
@@ -342,6 +338,17 @@ class Tool:
             # truth is found whatever happened before the error.
             logger.exception("the tool failed on %s %s", method, path)
             return Response(500, {"error": "internal_error"})
+
+
+async def _send_asgi(send: Callable, response: Response) -> None:
+    data = response.json_bytes()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(data)).encode()),
+        *((k.encode(), v.encode()) for k, v in response.headers.items()),
+    ]
+    await send({"type": "http.response.start", "status": response.status, "headers": headers})
+    await send({"type": "http.response.body", "body": data})
 
 
 class _MethodNotAllowed(Exception):

@@ -143,6 +143,14 @@ def wsgi_headers(environ: Mapping[str, Any]) -> dict[str, str]:
     return found
 
 
+class BodyError(ValueError):
+    """The body cannot be read: `status` (400 or 413) and why."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+
+
 def _json_wsgi(start_response, status: str, body: bytes, extra=()) -> list[bytes]:
     headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
     start_response(status, [*headers, *extra])
@@ -168,11 +176,12 @@ class WsgiVerifier:
     def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
         try:
             body = read_wsgi_body(environ, self.max_body_bytes)
-        except ValueError as exc:
+        except BodyError as exc:
+            error = "payload_too_large" if exc.status == 413 else "bad_request"
             return _json_wsgi(
                 start_response,
-                "413 Content Too Large",
-                json.dumps({"error": "payload_too_large", "detail": str(exc)}).encode(),
+                "413 Content Too Large" if exc.status == 413 else "400 Bad Request",
+                json.dumps({"error": error, "detail": str(exc)}).encode(),
             )
         method = environ.get("REQUEST_METHOD", "GET").upper()
         path = wsgi_raw_path(environ)
@@ -192,21 +201,23 @@ class WsgiVerifier:
 
 def read_wsgi_body(environ: dict, limit: int) -> bytes:
     """Read the whole body and put it back as `wsgi.input`, so the app reads it again.
-    ValueError when it is larger than `limit`."""
+    BodyError when it is larger than `limit` (413) or its length is not a number (400)."""
     stream = environ.get("wsgi.input")
     length = environ.get("CONTENT_LENGTH") or ""
     if stream is None:
         body = b""
     elif length.strip():
+        if not length.strip().isdigit():
+            raise BodyError(400, f"Content-Length is not a number: {length!r}.")
         size = int(length)
         if size > limit:
-            raise ValueError(f"The body is {size} bytes; at most {limit} are accepted.")
+            raise BodyError(413, f"The body is {size} bytes; at most {limit} are accepted.")
         body = stream.read(size) if size > 0 else b""
     elif "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower():
         # Servers that accept a chunked body (gunicorn) give it as a stream that ends.
         body = stream.read(limit + 1)
         if len(body) > limit:
-            raise ValueError(f"The body is over {limit} bytes; at most {limit} are accepted.")
+            raise BodyError(413, f"The body is over {limit} bytes; at most {limit} are accepted.")
     else:
         body = b""
     environ["wsgi.input"] = io.BytesIO(body)
