@@ -14,6 +14,8 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
+    PolymorphicProxySerializer,
+    extend_schema_field,
     inline_serializer,
 )
 from rest_framework import serializers as f
@@ -463,9 +465,143 @@ class RunStartMultipartIn(f.Serializer):
     """POST /runs as multipart/form-data, to upload an input file (copied at start)."""
 
     trigger = f.ChoiceField(choices=Trigger.choices)
-    config = f.CharField(required=False, help_text="The config object, as JSON text.")
+    config = f.DictField(
+        required=False, help_text="The config object, as a JSON part (`RUN_START_ENCODING`)."
+    )
     session_id = f.CharField(required=False)
     input_file = f.FileField(required=False)
+
+
+# The config part of a multipart POST /runs is JSON text, not a plain form value.
+RUN_START_ENCODING = {"config": {"contentType": "application/json"}}
+
+
+class _Const(f.Field):
+    """A field whose only value is `value`: a branch of a body whose shape depends on it."""
+
+    def __init__(self, value, **kw):
+        super().__init__(**kw)
+        self.value = value
+
+
+def const(value, **kw):
+    if isinstance(value, bool):
+        # Inside allOf, where the enum postprocessing hook does not collect it: two
+        # one-value boolean "enums" of one field name would be named by hash.
+        schema = {"allOf": [{"type": "boolean", "enum": [value]}]}
+    else:
+        schema = {"type": "string", "enum": [value]}
+    # A class of its own per value: the schema is an attribute of the class.
+    return extend_schema_field(schema)(type("Const", (_Const,), {}))(value, **kw)
+
+
+class _BulkIds(f.Serializer):
+    ids = f.ListField(
+        child=f.UUIDField(),
+        min_length=1,
+        max_length=50,
+        help_text="Action ids (resolve, recheck) or run ids (replay), at most 50.",
+    )
+
+
+def _reason(help_text):
+    return f.CharField(max_length=2000, help_text=help_text)
+
+
+class BulkResolveIn(_BulkIds):
+    operation = const("resolve")
+    outcome = f.ChoiceField(choices=["succeeded", "failed"])
+    reason = _reason("Why; goes to the audit log.")
+
+
+class BulkRecheckIn(_BulkIds):
+    operation = const("recheck")
+
+
+class BulkReplayIn(_BulkIds):
+    operation = const("replay")
+    force = const(False, required=False)
+
+
+class BulkForceReplayIn(_BulkIds):
+    operation = const("replay")
+    force = const(True, help_text="Force the runs the rule refuses (admin).")
+    reason = _reason("Why; goes to the audit log.")
+
+
+def _with_signature(serializer):
+    return type(
+        serializer.__name__.replace("In", "ApplyIn"),
+        (serializer,),
+        {"signature": f.CharField(max_length=64, help_text="The preview's `signature`.")},
+    )
+
+
+def _bulk_body(name, branches):
+    return PolymorphicProxySerializer(
+        component_name=name, serializers=branches, resource_type_field_name=None
+    )
+
+
+BULK_BRANCHES = [BulkResolveIn, BulkRecheckIn, BulkReplayIn, BulkForceReplayIn]
+BulkIn = _bulk_body("BulkIn", BULK_BRANCHES)
+BulkApplyIn = _bulk_body("BulkApplyIn", [_with_signature(b) for b in BULK_BRANCHES])
+
+
+# The egress policy's shape rules (core/egress.py): absolute http(s), a host, no user-info,
+# query, fragment, space or control character. Where the host may be is the deployer's
+# TOOL_URL_ALLOWLIST, which no schema can say.
+HTTP_URL = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\s/?#@]+(/[^\s?#]*)?$"
+PATTERNS = {("ToolInRequest", "base_url"): HTTP_URL}
+
+
+def request_rules(result, generator, request, public):
+    """drf-spectacular's postprocessing hook: what the serializers' types cannot say.
+
+    - A text field is trimmed before it is checked (DRF's CharField): one made of white
+      space only is blank, so a field that may not be blank needs a character that is not.
+    - An optional field sent as null means "not given" (`api.views.valid`): it is nullable.
+    - At most one owner for a token; at least one of effect and lookup in a declaration.
+    - A body whose shape requires fields is required (the polymorphic bulk bodies).
+    """
+    schemas = result.get("components", {}).get("schemas", {})
+    for name, component in schemas.items():
+        if not name.endswith("Request"):
+            continue
+        required = set(component.get("required", []))
+        for field, prop in component.get("properties", {}).items():
+            if (
+                prop.get("type") == "string"
+                and prop.get("minLength", 0) >= 1
+                and not {"pattern", "format", "enum"} & set(prop)
+            ):
+                prop["pattern"] = "\\S"
+            if field not in required and not prop.get("nullable"):
+                if "$ref" in prop:
+                    prop["allOf"] = [{"$ref": prop.pop("$ref")}]
+                prop["nullable"] = True
+    for (component, field), pattern in PATTERNS.items():
+        if component in schemas:
+            schemas[component]["properties"][field]["pattern"] = pattern
+    for operations in result.get("paths", {}).values():
+        for operation in operations.values():
+            body = operation.get("requestBody") if isinstance(operation, dict) else None
+            ref = body and body["content"].get("application/json", {}).get("schema", {})
+            target = schemas.get((ref or {}).get("$ref", "").rsplit("/", 1)[-1], {})
+            if body and (target.get("required") or "oneOf" in target):
+                body["required"] = True  # a body whose shape requires fields is not optional
+    if (declare := schemas.get("ToolDeclareInRequest")) is not None:
+        declare["anyOf"] = [
+            {"properties": {"effect": {"type": "string"}}, "required": ["effect"]},
+            {"properties": {"lookup": {"type": "boolean"}}, "required": ["lookup"]},
+        ]
+    if (token_in := schemas.get("TokenInRequest")) is not None:
+        owners = ("principal", "operator")
+        token_in["not"] = {
+            "properties": {owner: {"type": "string"} for owner in owners},
+            "required": list(owners),
+        }
+    return result
 
 
 _pages: dict[str, type] = {}
@@ -580,9 +716,10 @@ TENANT_HEADER = OpenApiParameter(
 )
 IDEMPOTENCY_KEY = OpenApiParameter(
     "Idempotency-Key",
-    OpenApiTypes.STR,
+    # Visible ASCII; `""` (an empty quoted string) is the one form that is no key.
+    {"type": "string", "pattern": '^(?!""$)[!-~]{1,255}$'},
     OpenApiParameter.HEADER,
-    required=False,
+    required=True,
     description="Required, except for a tool declared `read_only` (a read takes no ledger key "
     "space: without a key it is keyed `read:<action id>`, and a key it is given reserves "
     "nothing). 1–255 visible ASCII characters, bare or as an RFC 8941 quoted string, derived "
@@ -596,13 +733,24 @@ CURSOR = OpenApiParameter(
 )
 
 
-def csv_query(name: str, description: str, values=None) -> OpenApiParameter:
+TOOL_NAME = "^[A-Za-z0-9_.-]{1,100}$"  # as registration allows it (api.serializers.ToolIn)
+
+
+def csv_query(name: str, description: str, values=None, pattern=None) -> OpenApiParameter:
+    """A comma-separated list (`state=a,b`): OpenAPI's form style, not exploded."""
+    if values:
+        items = {"type": "string", "enum": list(values)}
+    else:
+        items = {"type": "string", "pattern": pattern or "^[^,]+$"}
     return OpenApiParameter(
         name,
-        OpenApiTypes.STR,
+        # At least one: `state=` names nothing, and is refused rather than read as "all".
+        {"type": "array", "items": items, "minItems": 1},
         OpenApiParameter.QUERY,
+        style="form",
+        explode=False,
         description=description
-        + (f" Comma-separated; any of: {', '.join(values)}." if values else ""),
+        + (f" Comma-separated; any of: {', '.join(values)}." if values else " Comma-separated."),
     )
 
 

@@ -21,6 +21,11 @@ class RunStartIn(serializers.Serializer):
     trigger = serializers.ChoiceField(choices=Trigger.choices)
     config = JSONObjectField(required=False, default=dict)
     session_id = StrictCharField(required=False, max_length=255, allow_blank=False)
+
+
+class RunStartUploadIn(RunStartIn):
+    """The same as multipart/form-data, with the input file (copied at start)."""
+
     input_file = serializers.FileField(required=False)
 
 
@@ -221,7 +226,7 @@ class OptionalReasonIn(serializers.Serializer):
 class BulkIn(serializers.Serializer):
     operation = serializers.ChoiceField(choices=["resolve", "recheck", "replay"])
     ids = serializers.ListField(
-        child=serializers.UUIDField(),
+        child=StrictUUIDField(),
         min_length=1,
         max_length=50,
         help_text="Action ids (resolve, recheck) or run ids (replay), at most 50.",

@@ -11,8 +11,7 @@ from django.contrib.auth import get_user_model
 from django.db.models import Q
 from django.http import Http404
 from django.utils import timezone
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiRequest, OpenApiResponse, extend_schema
 from rest_framework.decorators import api_view, parser_classes
 from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
@@ -46,15 +45,16 @@ from core.services import (
 )
 from ledger.selectors import ledger_entries_of, ledger_entry_for
 from ledger.services import ledger_revoke
-from runs import dispatch, selectors, services
+from runs import decisions, replay, runtime, selectors
 from runs import presenters as present
 from runs.models import (
     ForceReplayRequest,
     IdempotencyConflict,
     Replay,
 )
-from runs.notify import WaitRefused, waiters
+from runs.propose import action_propose
 from runs.states import IN_PROGRESS, OPEN_FOR_HUMANS, RunStatus
+from runs.waits import WaitRefused, waiters
 
 from . import schema as o
 from . import serializers as s
@@ -139,13 +139,31 @@ def page(request, qs, present_one=None, *, many=None, newest_first=True, field="
     return Response({"results": results, "next": next_cursor})
 
 
-def csv_param(request, name, allowed=None) -> list[str]:
-    values = [v for v in request.query_params.get(name, "").split(",") if v]
+def csv_param(request, name, allowed=None, pattern=None) -> list[str]:
+    """A comma-separated query parameter (`o.csv_query`): values of `allowed`, or each
+    matching `pattern`; `name=` names nothing and is a 400, like any value outside."""
+    raw = request.query_params.get(name)
+    if raw == "":
+        raise ValidationFailed(f"Empty {name}.", {name: ["Name at least one, or leave it out."]})
+    values = (raw or "").split(",") if raw else []
     if allowed is not None and (bad := [v for v in values if v not in allowed]):
         raise ValidationFailed(
             f"Unknown {name}.", {name: [f"{', '.join(bad)} not in {', '.join(allowed)}."]}
         )
+    if pattern is not None and (bad := [v for v in values if not re.fullmatch(pattern, v)]):
+        raise ValidationFailed(f"Bad {name}.", {name: [f"Not a name: {', '.join(bad)}."]})
     return values
+
+
+JSON_NUMBER = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
+
+
+def choice_param(request, name, allowed) -> str | None:
+    """One value of `allowed`, or None when absent; anything else is a 400 naming it."""
+    value = request.query_params.get(name)
+    if value is not None and value not in allowed:
+        raise ValidationFailed(f"Unknown {name}.", {name: [f"One of {', '.join(allowed)}."]})
+    return value
 
 
 # --- who am I ---------------------------------------------------------------------------
@@ -177,7 +195,10 @@ def me(request):
 @extend_schema(
     methods=["POST"],
     operation_id="runs_start",
-    request={"application/json": s.RunStartIn, "multipart/form-data": o.RunStartMultipartIn},
+    request={
+        "application/json": s.RunStartIn,
+        "multipart/form-data": OpenApiRequest(o.RunStartMultipartIn, encoding=o.RUN_START_ENCODING),
+    },
     responses={**ok(201, o.RunDetailOut), **errors_for(411, 413, 415)},
 )
 @api_view(["GET", "POST"])
@@ -185,7 +206,7 @@ def me(request):
 def runs(request):
     if request.method == "GET":
         qs = selectors.runs_of(request.user)
-        if statuses := csv_param(request, "status"):
+        if statuses := csv_param(request, "status", RunStatus.values):
             qs = qs.filter(status__in=statuses)
         return page(request, qs, many=selectors.run_resources)
     principal = require_principal(request)
@@ -204,9 +225,9 @@ def runs(request):
                 raise refused(exc) from exc
         if "input_file" in request.FILES:
             data["input_file"] = request.FILES["input_file"]
+        fields = valid(s.RunStartUploadIn, data)
     else:
-        data = body_object(request)
-    fields = valid(s.RunStartIn, data)
+        fields = valid(s.RunStartIn, body_object(request))
     upload = fields.get("input_file")
     if upload is not None and upload.size > settings.MAX_INPUT_FILE_BYTES:
         return problem(
@@ -215,7 +236,7 @@ def runs(request):
             413,
             f"input_file is larger than {settings.MAX_INPUT_FILE_BYTES} bytes.",
         )
-    run = services.run_start(
+    run = runtime.run_start(
         principal=principal,
         trigger=fields["trigger"],
         config=fields["config"],
@@ -244,7 +265,7 @@ def run_detail(request, pk):
 @api_view(["POST"])
 def run_heartbeat(request, pk):
     require_principal(request)
-    run = services.run_heartbeat(selectors.run_for(request.user, pk), actor=request.user.actor)
+    run = runtime.run_heartbeat(selectors.run_for(request.user, pk), actor=request.user.actor)
     return Response(selectors.run_resource(run, with_actions=False))
 
 
@@ -258,7 +279,7 @@ def run_finish(request, pk):
     require_principal(request)
     run = selectors.run_for(request.user, pk)
     fields = valid(s.RunFinishIn, body_object(request))
-    run = services.run_finish(run, actor=request.user.actor, **fields)
+    run = runtime.run_finish(run, actor=request.user.actor, **fields)
     return Response(selectors.run_resource(run))
 
 
@@ -274,7 +295,7 @@ def run_finish(request, pk):
 @api_view(["POST"])
 def run_claim(request):
     principal = require_principal(request)
-    run = services.run_claim(principal=principal, actor=request.user.actor)
+    run = runtime.run_claim(principal=principal, actor=request.user.actor)
     if run is None:
         return Response(status=204)
     return Response(selectors.run_resource(run))
@@ -306,20 +327,26 @@ def run_replay(request, pk):
                 "A forced replay needs a reason.", {"reason": ["Required when force is true."]}
             )
     if fields["force"]:
-        new_run, waiting = services.run_force_replay(
+        new_run, waiting = replay.run_force_replay(
             run, reason=fields["reason"].strip(), actor=caller.actor
         )
         if waiting is not None:
-            return Response(services.force_request_dict(waiting), status=202)
+            return Response(present.force_request_dict(waiting), status=202)
     else:
-        new_run = services.run_replay(run, force=False, reason="", actor=caller.actor)
+        new_run = replay.run_replay(run, force=False, reason="", actor=caller.actor)
     return Response(selectors.run_resource(new_run), status=201)
+
+
+FORCE_REQUEST_STATES = ["pending", "confirmed", "rejected"]
 
 
 @extend_schema(
     operation_id="force_replay_requests_list",
     request=None,
-    parameters=[o.csv_query("state", "pending, confirmed or rejected"), o.CURSOR],
+    parameters=[
+        o.csv_query("state", "Only requests in these states.", FORCE_REQUEST_STATES),
+        o.CURSOR,
+    ],
     responses={**ok(200, o.page_of(o.ForceReplayRequestOut)), **errors_for()},
 )
 @api_view(["GET"])
@@ -327,9 +354,9 @@ def force_replay_requests(request):
     """Four-eyes force replays, newest first; `?state=pending` for those waiting. Admin."""
     caller = require_operator(request, Role.ADMIN)
     qs = ForceReplayRequest.objects.filter(tenant=caller.tenant)
-    if states := csv_param(request, "state", ["pending", "confirmed", "rejected"]):
+    if states := csv_param(request, "state", FORCE_REQUEST_STATES):
         qs = qs.filter(state__in=states)
-    return page(request, qs, services.force_request_dict)
+    return page(request, qs, present.force_request_dict)
 
 
 @extend_schema(
@@ -340,7 +367,7 @@ def force_replay_requests(request):
 def force_replay_confirm(request, pk):
     """A second admin confirms: 201 with the new run. 409 for the requester themselves."""
     caller = require_operator(request, Role.ADMIN)
-    new_run = services.force_replay_confirm(
+    new_run = replay.force_replay_confirm(
         selectors.force_request_for(caller, pk), actor=caller.actor
     )
     return Response(selectors.run_resource(new_run), status=201)
@@ -354,10 +381,10 @@ def force_replay_confirm(request, pk):
 def force_replay_reject(request, pk):
     caller = require_operator(request, Role.ADMIN)
     fields = valid(s.NoteIn, body_object(request) if request.body else {})
-    req = services.force_replay_reject(
+    req = replay.force_replay_reject(
         selectors.force_request_for(caller, pk), reason=fields["reason"].strip(), actor=caller.actor
     )
-    return Response(services.force_request_dict(req))
+    return Response(present.force_request_dict(req))
 
 
 @extend_schema(
@@ -402,7 +429,7 @@ def tenant_settings(request):
 def replays(request):
     caller = require_operator(request, Role.ADMIN)
     qs = Replay.objects.filter(tenant=caller.tenant)
-    return page(request, qs, services.replay_record, field="at")
+    return page(request, qs, present.replay_record, field="at")
 
 
 # --- actions ---------------------------------------------------------------------------
@@ -441,7 +468,7 @@ def _names_read_only_tool(request, principal) -> bool:
 def propose(request, pk):
     principal = require_principal(request)
     # A side-effecting proposal must carry a key (README, "Idempotency keys"). A read_only
-    # tool's may omit it: a read takes no ledger key space (runs.services._read_action_create).
+    # tool's may omit it: a read takes no ledger key space (runs.propose._read_action_create).
     key = idempotency_key(
         request,
         required="Idempotency-Key" in request.headers
@@ -461,7 +488,7 @@ def propose(request, pk):
         )
     if key is None and found.tool.effect != "read_only":  # re-declared since the peek above
         raise IdempotencyKeyMissing()
-    action, created, changed = services.action_propose(
+    action, created, changed = action_propose(
         run=found.run,
         tool=found.tool,
         target=fields["target"],
@@ -495,7 +522,7 @@ def wait_for_settle(request, view, seconds: float):
     """Hold the request until the action leaves the in-progress states or `seconds` pass.
 
     No poll loop: the request sleeps on an event that the process's LISTEN thread sets when
-    the action's settling transaction commits (`runs.notify`). Over the per-principal or
+    the action's settling transaction commits (`runs.waits`). Over the per-principal or
     per-process cap it answers at once with the current state."""
     caller = request.user
     action, _ = view
@@ -539,7 +566,7 @@ def action_view_for(caller, pk):
             "Hold the request up to this many seconds (0–30) while the action is queued, "
             "dispatching or unknown. Over the server's cap of concurrent waits it answers "
             "at once with the current state and `Retry-After` (seconds before asking again).",
-            OpenApiTypes.NUMBER,
+            {"type": "number", "minimum": 0, "maximum": 30},
         )
     ],
     responses={
@@ -553,8 +580,10 @@ def action_detail(request, pk):
     wait = request.query_params.get("wait")
     if wait is not None:
         try:
-            if not re.fullmatch(r"\d{1,2}(\.\d{1,6})?", wait):
-                raise ValueError  # float() would also take "1_0", "nan", " 5", "1e1"
+            # A JSON number (what the schema's `number` means); float() alone would also
+            # take "1_0", "nan", " 5".
+            if len(wait) > 32 or not JSON_NUMBER.fullmatch(wait):
+                raise ValueError
             seconds = float(wait)
             if not 0 <= seconds <= settings.ACTION_WAIT_MAX_SECONDS:
                 raise ValueError
@@ -584,7 +613,7 @@ def action_reconcile(request, pk):
         raise StateConflict(
             f"Only an unknown or needs_human action can be re-checked; this one is {action.state}."
         )
-    dispatch.action_reconcile(action.pk, actor=request.user.actor, manual=True)
+    decisions.action_recheck(action.pk, actor=request.user.actor)
     return Response(present.action_dict(selectors.action_for(request.user, pk, with_history=True)))
 
 
@@ -600,7 +629,7 @@ def action_resolve(request, pk):
     fields = valid(s.ResolveIn, body_object(request))
     if not fields["reason"].strip():
         raise ValidationFailed("A reason is required.", {"reason": ["Say why."]})
-    services.action_resolve(
+    decisions.action_resolve(
         action,
         outcome=fields["outcome"],
         reason=fields["reason"].strip(),
@@ -621,7 +650,7 @@ def action_acknowledge(request, pk):
     require_operator(request, Role.ONCALL)
     action = selectors.action_for(request.user, pk, with_history=True)
     fields = valid(s.AcknowledgeIn, body_object(request) if request.body else {})
-    services.action_acknowledge(action, note=fields["note"].strip(), actor=request.user.actor)
+    decisions.action_acknowledge(action, note=fields["note"].strip(), actor=request.user.actor)
     return Response(present.action_dict(selectors.action_for(request.user, pk, with_history=True)))
 
 
@@ -657,7 +686,7 @@ def idempotency_conflicts(request):
     request=None,
     parameters=[
         o.csv_query("state", "Default: all four.", OPEN_FOR_HUMANS),
-        o.csv_query("tool", "Only these tools (names)."),
+        o.csv_query("tool", "Only these tools (names).", pattern=o.TOOL_NAME),
         o.query("order", "`oldest` for oldest first (the console's order).", enum=["oldest"]),
         o.CURSOR,
     ],
@@ -668,14 +697,14 @@ def queue(request):
     caller = require_operator(request)
     states = csv_param(request, "state", OPEN_FOR_HUMANS) or OPEN_FOR_HUMANS
     # Acknowledged blocked actions have left the queue; GET /actions/{id} still has them.
-    tools = csv_param(request, "tool")
+    tools = csv_param(request, "tool", pattern=o.TOOL_NAME)
     qs = selectors.open_queue(
         caller.tenant_ids,
         states=states,
         tool_ids=selectors.tool_ids(caller.tenant_ids, tools) if tools else None,
     )
     qs = selectors.with_attempts_and_reads(qs)
-    oldest = request.query_params.get("order") == "oldest"
+    oldest = choice_param(request, "order", ["oldest"]) == "oldest"
     return page(request, qs, present.action_dict, newest_first=not oldest)
 
 
@@ -710,7 +739,7 @@ def approval_request_grant(request, pk):
     caller = require_operator(request, Role.APPROVER)
     req = approval_request_for(caller, pk)
     fields = valid(s.GrantIn, body_object(request) if request.body else {})
-    approval = services.approval_request_grant(
+    approval = decisions.approval_request_grant(
         req, ttl_seconds=fields["ttl_seconds"], actor=caller.actor
     )
     # The approval as granted: a worker may consume it a moment later (GET shows that).
@@ -729,7 +758,7 @@ def approval_request_deny(request, pk):
     fields = valid(s.ReasonIn, body_object(request))
     if not fields["reason"].strip():
         raise ValidationFailed("A reason is required.", {"reason": ["Say why."]})
-    services.approval_request_deny(req, reason=fields["reason"].strip(), actor=caller.actor)
+    decisions.approval_request_deny(req, reason=fields["reason"].strip(), actor=caller.actor)
     return Response(present.approval_request_dict(approval_request_for(caller, req.pk)))
 
 
@@ -1005,7 +1034,10 @@ def _expiry(seconds):
     methods=["GET"],
     operation_id="tokens_list",
     request=None,
-    parameters=[o.query("state", "active, revoked or expired"), o.query("cursor", "page")],
+    parameters=[
+        o.query("state", "Only tokens in this state.", enum=["active", "revoked", "expired"]),
+        o.CURSOR,
+    ],
     responses={**ok(200, o.page_of(o.TokenOut)), **errors_for()},
 )
 @extend_schema(
@@ -1021,7 +1053,7 @@ def tokens(request):
     caller = require_operator(request)
     if request.method == "GET":
         qs = _tokens_visible(caller)
-        if state := request.query_params.get("state"):
+        if state := choice_param(request, "state", ["active", "revoked", "expired"]):
             now = timezone.now()
             live = Q(revoked_at__isnull=True) & (Q(expires_at__isnull=True) | Q(expires_at__gt=now))
             filters = {
@@ -1029,10 +1061,6 @@ def tokens(request):
                 "revoked": Q(revoked_at__isnull=False),
                 "expired": Q(revoked_at__isnull=True, expires_at__lte=now),
             }
-            if state not in filters:
-                raise ValidationFailed(
-                    "Unknown state.", {"state": ["One of active, revoked, expired."]}
-                )
             qs = qs.filter(filters[state])
         return page(request, qs, present.token_dict)
     fields = valid(s.TokenIn, body_object(request))
@@ -1143,7 +1171,7 @@ def _bulk_args(request, serializer):
 
 @extend_schema(
     operation_id="bulk_preview",
-    request=s.BulkIn,
+    request=o.BulkIn,
     responses={**ok(200, o.BulkPlanOut), **errors_for(411, 413, 415)},
 )
 @api_view(["POST"])
@@ -1159,7 +1187,7 @@ def bulk_preview(request):
 
 @extend_schema(
     operation_id="bulk_apply",
-    request=s.BulkApplyIn,
+    request=o.BulkApplyIn,
     responses={**ok(200, o.BulkResultOut), **errors_for(409, 411, 413, 415)},
 )
 @api_view(["POST"])

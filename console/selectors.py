@@ -24,9 +24,11 @@ from core.audit import Verb
 from core.errors import ValidationFailed
 from core.models import AuditEvent, Membership, Role, Tool
 from runs.models import Action, Attempt, Reconciliation, Replay, Run
-from runs.selectors import GATEWAY_CALLED, open_queue, replay_verdict, tools_executed
+from runs.replay import replay_verdict, tools_executed
+from runs.selectors import open_queue
 from runs.states import (
     BLOCK_REASON_MEANING,
+    GATEWAY_CALLED,
     OPEN_FOR_HUMANS,
     TERMINAL,
     VERDICT_MEANING,
@@ -510,7 +512,7 @@ class TargetState:
     """The target's authoritative state now, against what a request would set (a preview
     for the approver: read, compared, shown, and not stored)."""
 
-    read: object  # runs.dispatch.Read
+    read: object  # runs.engine.protocol.Read
     rows: list
     expected_version: int | None
     at: datetime
@@ -521,10 +523,10 @@ class TargetState:
 
 
 def target_state_now(request) -> TargetState:
-    from runs import dispatch  # the tool protocol's read lives with the dispatcher
+    from runs.engine import protocol  # the tool protocol's read
 
     action = Action.objects.select_related("tool").get(pk=request.action_id)
-    read = dispatch.read_authoritative(action)
+    read = protocol.read_authoritative(action)
     rows = []
     if read.verdict is None:
         for name, wanted in request.desired_state.items():

@@ -36,7 +36,7 @@ from core.errors import DomainError, StaleRead
 from core.models import Role
 from core.selectors import audit_events
 from core.services import tenant_settings_update
-from runs import dispatch, services
+from runs import decisions, replay
 from runs.models import ForceReplayRequest, ForceRequestState, Replay
 from runs.selectors import action_for, force_request_for, run_for
 from runs.states import OPEN_FOR_HUMANS, VERDICT_MEANING, ActionState
@@ -560,7 +560,7 @@ def action_detail(request, pk):
 
 @decision(action_for, Role.ONCALL, back=_action_url, refused="Not re-checked")
 def action_recheck(request, action):
-    action = dispatch.action_reconcile(action.pk, actor=request.actor, manual=True)
+    action = decisions.action_recheck(action.pk, actor=request.actor)
     if request.htmx and request.POST.get("background"):
         # The page's own re-read on opening: the live region shows the new read.
         return HttpResponse(status=204)
@@ -591,7 +591,7 @@ def action_claim(request, action):
         else None
     )
     holder = action.claimed_by.get_username() if action.claimed_by_id else None
-    action, won = services.action_claim_for_operator(
+    action, won = decisions.action_claim_for_operator(
         action, user=request.user, actor=request.actor, take_over_from=take_over
     )
     if won and take_over:
@@ -605,7 +605,7 @@ def action_claim(request, action):
 
 @decision(action_for, Role.ONCALL, back=_action_url, refused="Not released")
 def action_release(request, action):
-    services.action_release_claim(action, user=request.user, actor=request.actor)
+    decisions.action_release_claim(action, user=request.user, actor=request.actor)
     messages.info(request, "Claim released.")
     return _go(request, _action_url(action))
 
@@ -634,7 +634,7 @@ def action_resolve(request, action):
         return _resolve_form_again(request, action, form)
     outcome = form.cleaned_data["outcome"]
     try:
-        services.action_resolve(
+        decisions.action_resolve(
             action,
             outcome=outcome,
             reason=form.cleaned_data["reason"],
@@ -652,7 +652,7 @@ def action_resolve(request, action):
 @decision(action_for, Role.ONCALL, back=_action_url, refused="Not acknowledged")
 def action_acknowledge(request, action):
     note = request.POST.get("note", "").strip()[:2000]
-    services.action_acknowledge(action, note=note, actor=request.actor)
+    decisions.action_acknowledge(action, note=note, actor=request.actor)
     messages.success(
         request,
         "Acknowledged. It has left the queue; it stays findable from its run and the audit log.",
@@ -704,7 +704,7 @@ def approval_grant(request, req):
     if not form.is_valid():
         messages.error(request, "Choose how long the approval stays valid.")
         return _go(request, back)
-    approval = services.approval_request_grant(
+    approval = decisions.approval_request_grant(
         req, ttl_seconds=form.cleaned_data["ttl_seconds"], actor=request.actor
     )
     messages.success(
@@ -723,7 +723,7 @@ def approval_deny(request, req):
     if not form.is_valid():
         messages.error(request, "Not denied: a reason is required.")
         return _go(request, back)
-    services.approval_request_deny(req, reason=form.cleaned_data["reason"], actor=request.actor)
+    decisions.approval_request_deny(req, reason=form.cleaned_data["reason"], actor=request.actor)
     messages.success(request, f"Denied {req.tool.name} on {req.target}. The action is blocked.")
     return _go(request, back)
 
@@ -817,7 +817,7 @@ def run_detail(request, pk):
 
 @decision(run_for, back=_run_url, refused="Not replayed")
 def run_replay(request, run):
-    new_run = services.run_replay(run, force=False, reason="", actor=request.actor)
+    new_run = replay.run_replay(run, force=False, reason="", actor=request.actor)
     messages.success(request, f"Replay created: run {str(new_run.pk)[:8]}, pending for a runtime.")
     return _go(request, _run_url(new_run))
 
@@ -831,7 +831,7 @@ def run_force_replay(request, run):
             return render(request, "console/run.html#force-form", context, status=422)
         _remember_form(request, f"force:{run.pk}", form)
         return _go(request, _run_url(run) + "#force-form")
-    new_run, waiting = services.run_force_replay(
+    new_run, waiting = replay.run_force_replay(
         run, reason=form.cleaned_data["reason"], actor=request.actor
     )
     if waiting is not None:
@@ -852,13 +852,13 @@ def run_force_replay(request, run):
 @decision(force_request_for, Role.ADMIN, back=lambda req: _run_url(req.run))
 def force_request_decide(request, req, decision):
     if decision == "confirm":
-        new_run = services.force_replay_confirm(req, actor=request.actor)
+        new_run = replay.force_replay_confirm(req, actor=request.actor)
         messages.success(
             request,
             f"Confirmed. Forced replay created: run {str(new_run.pk)[:8]}, pending for a runtime.",
         )
         return _go(request, _run_url(new_run))
-    services.force_replay_reject(
+    replay.force_replay_reject(
         req, reason=request.POST.get("reason", "").strip()[:2000], actor=request.actor
     )
     messages.info(request, "Rejected. Nothing was replayed.")

@@ -254,7 +254,8 @@ class AuditEvent(models.Model):
     reason = models.TextField(blank=True)
     request_id = models.CharField(max_length=64, blank=True)
     # What the client sent as X-Request-ID, kept for correlation; never our own id.
-    # A database default too: the engine writes some audit rows in raw SQL (runs/services.py).
+    # A database default too: the engine writes some audit rows in raw SQL (runs/moves.py,
+    # runs/propose.py).
     client_request_id = models.CharField(max_length=64, blank=True, default="", db_default="")
 
     class Meta:

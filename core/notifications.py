@@ -13,7 +13,7 @@ How a notification travels:
    NOTHING`, so two sweeps racing over the same overdue action emit one event, and a later
    sweep emits nothing.
 3. **The database is the queue.** Workers claim due deliveries (`claim_deliveries`) in the
-   same drain that claims actions (`runs.dispatch.drain`), with `FOR UPDATE SKIP LOCKED`.
+   same drain that claims actions (`runs.engine.worker.drain`), with `FOR UPDATE SKIP LOCKED`.
    The claim pushes `next_attempt_at` past the longest an attempt can take, which leases
    the row to one worker: a worker that dies mid-attempt leaves it due again later. No
    broker message carries a delivery; the emitter's wake-up is deduplicated

@@ -27,7 +27,7 @@ INSERT INTO ledger_ledgerentry
 SELECT %(id)s, %(tenant)s, %(key)s::varchar, coalesce(max(generation), 0) + 1, %(fingerprint)s,
        %(tool)s, %(action)s, %(status)s, %(now)s, %(now)s, ''
 FROM ledger_ledgerentry WHERE tenant_id = %(tenant)s AND key = %(key)s
-ON CONFLICT (tenant_id, key) WHERE revoked_at IS NULL DO NOTHING
+ON CONFLICT DO NOTHING
 RETURNING generation
 """
 
@@ -44,11 +44,17 @@ def ledger_reserve(
 ) -> LedgerEntry | None:
     """Take `key` for a new effect. Returns None if a live entry already holds it.
 
-    One INSERT … ON CONFLICT DO NOTHING on the partial unique index of live keys: racing
-    reservations of one key serialize there, the loser's INSERT waits for the winner's
-    commit and then does nothing, after which the winner's entry is visible to the loser's
-    next statement (READ COMMITTED). No savepoint, no exception: a savepoint would cost a
-    subtransaction id per proposal. The generation counts past revoked entries of the key.
+    One INSERT … ON CONFLICT DO NOTHING: racing reservations of one key serialize on the
+    key's unique indexes, the loser's INSERT waits for the winner's commit and then does
+    nothing, after which the winner's entry is visible to the loser's next statement (READ
+    COMMITTED). No savepoint, no exception: a savepoint would cost a subtransaction id per
+    proposal. The generation counts past revoked entries of the key.
+
+    No conflict target, on purpose: then *every* unique index is an arbiter. With only the
+    partial index of live keys named, two reservations that both passed PostgreSQL's
+    conflict check before either row existed computed the same generation, and the loser
+    failed on the other unique index, (tenant, key, generation), with a unique violation:
+    a 500 instead of the winner's action.
 
     `audit_later`: the caller writes `ledger_reserve_audit(entry)` itself, in the same
     transaction (the proposal batches it with its own event).

@@ -2,7 +2,7 @@
 
 An entry mirrors the progress of the action that owns its key; the mirror is written in the
 action's own transaction by `ledger.services.ledger_set_status`, which checks each move here.
-`runs.services` checks at import that every move of the action table maps onto a legal move
+`runs.moves` checks at import that every move of the action table maps onto a legal move
 of this one. Revocation is not a status: it is `revoked_at`, on a settled entry.
 """
 

@@ -34,9 +34,9 @@ from core.errors import DomainError, StaleRead, ValidationFailed
 from core.models import Role, ToolEffect
 from ledger.models import LedgerEntry
 
-from . import dispatch, selectors, services
+from . import decisions, replay
 from .models import Action, ForceReplayRequest, ForceRequestState, Reconciliation, Run
-from .states import ActionState, RunStatus
+from .states import GATEWAY_CALLED, ActionState, RunStatus
 
 BULK_MAX_ITEMS = 50
 OPERATIONS = {
@@ -339,9 +339,9 @@ def _plan_replays(wanted, tenant_ids, can, *, force, reason) -> list[BulkItem]:
             items.append(_not_found(pk, "run"))
             continue
         rows = actions.get(pk, [])
-        gateway = {a.tool.name for a in rows if a.state in selectors.GATEWAY_CALLED}
-        executed = selectors.tools_executed(run, gateway)
-        verdict = selectors.replay_verdict(run, executed=executed, actions=rows)
+        gateway = {a.tool.name for a in rows if a.state in GATEWAY_CALLED}
+        executed = replay.tools_executed(run, gateway)
+        verdict = replay.replay_verdict(run, executed=executed, actions=rows)
         item = BulkItem(
             str(pk),
             "run",
@@ -458,12 +458,12 @@ def _apply_one(plan: BulkPlan, item: BulkItem, actor: Actor) -> BulkResult:
         if item.kind == "action":
             action = Action.objects.get(pk=item.id)
             if item.will == "recheck":
-                action = dispatch.action_reconcile(action.pk, actor=actor, manual=True)
+                action = decisions.action_recheck(action.pk, actor=actor)
                 read = action.reconciliations.order_by("-at", "-id").first()
                 seen = read.get_verdict_display().lower() if read else "no read"
                 now = action.get_state_display().lower()
                 return BulkResult(item, "recheck", f"Read: {seen}. The action is now {now}.")
-            services.action_resolve(
+            decisions.action_resolve(
                 action,
                 outcome=plan.outcome,
                 reason=plan.reason,
@@ -473,9 +473,9 @@ def _apply_one(plan: BulkPlan, item: BulkItem, actor: Actor) -> BulkResult:
             return BulkResult(item, item.will, f"resolved as {plan.outcome}")
         run = Run.objects.get(pk=item.id)
         if item.will == "replay":
-            new_run = services.run_replay(run, force=False, reason="", actor=actor)
+            new_run = replay.run_replay(run, force=False, reason="", actor=actor)
             return BulkResult(item, "replay", "replay created", str(new_run.pk))
-        new_run, waiting = services.run_force_replay(run, reason=plan.reason, actor=actor)
+        new_run, waiting = replay.run_force_replay(run, reason=plan.reason, actor=actor)
         if waiting is not None:
             return BulkResult(item, "force_request", "waits for a second admin")
         return BulkResult(item, "force_replay", "forced replay created", str(new_run.pk))

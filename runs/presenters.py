@@ -262,3 +262,35 @@ def token_dict(token, raw: str | None = None) -> dict:
     if raw is not None:
         body["token"] = raw
     return body
+
+
+def force_request_dict(request) -> dict:
+    return {
+        "id": str(request.pk),
+        "run": str(request.run_id),
+        "state": request.state,
+        "requested_by": request.requested_by,
+        "reason": request.reason,
+        "tools_at_risk": request.tools_at_risk,
+        "decided_by": request.decided_by,
+        "decided_at": request.decided_at.isoformat() if request.decided_at else None,
+        "decision_reason": request.decision_reason or None,
+        "new_run": str(request.new_run_id) if request.new_run_id else None,
+        "created_at": request.created_at.isoformat(),
+    }
+
+
+def replay_record(run_or_record) -> dict:
+    """The replay history row for GET /replays."""
+    record = getattr(run_or_record, "replay_record", run_or_record)
+    return {
+        "id": str(record.pk),
+        "original_run": str(record.original_run_id),
+        "new_run": str(record.new_run_id),
+        "actor": record.actor,
+        "forced": record.forced,
+        "reason": record.reason,
+        "tools_at_risk": record.tools_at_risk,
+        "safe_tools": record.safe_tools,
+        "at": record.at.isoformat(),
+    }

@@ -12,7 +12,7 @@ row; `tests/runs/test_selectors.py` holds them equal to the ORM presenter's outp
 
 import json
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from django.db import connection
@@ -20,12 +20,13 @@ from django.db.models import Prefetch
 from django.http import Http404
 from django.utils import timezone
 
-from core.models import Tool, ToolEffect
+from core.models import Tool
 from core.rows import columns, instance, width
 
 from .models import Action, Attempt, ForceReplayRequest, Reconciliation, Run
 from .presenters import action_resource, run_dict
-from .states import OPEN_FOR_HUMANS, ActionState, Resolution, RunStatus
+from .replay import replay_verdict, tools_executed
+from .states import GATEWAY_CALLED, OPEN_FOR_HUMANS
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -153,265 +154,7 @@ def propose_lookup(*, run_id, principal, tool_name: str, key: str) -> ProposeLoo
     return ProposeLookup(run, tool, fingerprint, action, resource)
 
 
-# --- what a run called, and whether it may be replayed --------------------------------------
-# Reads, not changes: the API answers with them, the console shows them before anyone clicks,
-# and `services.run_replay` decides by them.
-
-GATEWAY_CALLED = [
-    ActionState.DISPATCHING,
-    ActionState.SUCCEEDED,
-    ActionState.FAILED,
-    ActionState.UNKNOWN,
-    ActionState.NEEDS_HUMAN,
-]
-
-
-def tools_executed(run: Run, gateway: set[str] | None = None) -> list[str] | None:
-    """tools_executed, the tri-state (docs/design.md, "Runs and replay"): the gateway's record
-    ∪ the runtime's report; null stays null.
-
-    `gateway` may be passed in by callers that already loaded the run's actions.
-    """
-    if gateway is None:
-        gateway = set(
-            run.actions.filter(state__in=GATEWAY_CALLED).values_list("tool__name", flat=True)
-        )
-    if run.tools_reported is None:
-        return sorted(gateway) if gateway else None
-    return sorted(gateway | set(run.tools_reported))
-
-
-@dataclass
-class ReplayVerdict:
-    allowed: bool  # without force
-    forceable: bool  # with force (admin, reason)
-    gone: bool  # input file no longer stored: 410 whatever force says
-    message: str
-    tools_at_risk: list[str] | None
-    # Tools the run called whose every call an operator resolved as failed: not applied,
-    # so not at risk (issue 12, "resolve feeds replay").
-    not_applied: list[str] = field(default_factory=list)
-    # Tools the run called that their declarations make safe to repeat (issue 13): each
-    # `{"tool", "effect", "lookup", "declared_by", "declared_at", "why"}`.
-    safe_tools: list[dict] = field(default_factory=list)
-
-    def as_dict(self) -> dict:
-        return {
-            "allowed": self.allowed,
-            "forceable": self.forceable,
-            "gone": self.gone,
-            "message": self.message,
-            "tools_at_risk": self.tools_at_risk,
-            "not_applied": self.not_applied,
-            "safe_tools": self.safe_tools,
-        }
-
-
-SAFE_BECAUSE = {
-    ToolEffect.READ_ONLY: "declared read_only: it has no side effect",
-    ToolEffect.IDEMPOTENT: "declared idempotent: it applies an Idempotency-Key at most once, "
-    "and every call of it by this run went through Takeover with a key",
-}
-
-
-def tools_safe_by_declaration(run: Run, executed: list[str], actions=None) -> list[dict]:
-    """The tools among `executed` that their declarations (as they stand now: a replay sends
-    now) make safe to call again, oldest name first.
-
-    - `read_only`: always; a read repeats nothing.
-    - `idempotent`: only if the gateway saw this run call it (its calls carried keys the
-      ledger holds). A tool the runtime reports but Takeover never saw was called with no
-      key we know of, so its dedupe protects nothing: it stays at risk. Keys being *stable*
-      across a replay (derived from the trigger, not the session) is the runtime's part
-      (README, "Idempotency keys").
-    - `unsafe`, and any name that is not a registered tool (undeclared means unsafe): never.
-    """
-    if actions is None:
-        actions = run.actions.filter(state__in=GATEWAY_CALLED).select_related("tool")
-    tools, keyed = {}, set()
-    for a in actions:
-        if a.state in GATEWAY_CALLED:
-            tools[a.tool.name] = a.tool
-            keyed.add(a.tool.name)
-    if missing := [name for name in executed if name not in tools]:
-        registered = Tool.objects.filter(tenant_id=run.tenant_id, name__in=missing)
-        tools.update({t.name: t for t in registered})
-    safe = []
-    for name in executed:
-        tool = tools.get(name)
-        if tool is None or tool.effect == ToolEffect.UNSAFE:
-            continue
-        if tool.effect == ToolEffect.IDEMPOTENT and name not in keyed:
-            continue
-        safe.append({"tool": name, **tool.declaration, "why": SAFE_BECAUSE[tool.effect]})
-    return safe
-
-
-def _safe_sentence(safe: list[dict]) -> str:
-    return "; ".join(f"{s['tool']} is {s['why']}" for s in safe)
-
-
-def tools_resolved_not_applied(run: Run, actions=None) -> list[str]:
-    """Tools whose every call by this run (every action that reached the tool) an operator
-    resolved as failed, i.e. not applied.
-
-    Only the operator's resolution counts, not a 4xx or a version conflict: those are the
-    tool's word, and tools_executed counts calls. A tool the runtime reported but the gateway never
-    saw is never cleared: nobody resolved anything about it.
-    """
-    if actions is None:
-        actions = run.actions.filter(state__in=GATEWAY_CALLED).select_related("tool")
-    calls: dict[str, list] = {}
-    for a in actions:
-        if a.state in GATEWAY_CALLED:
-            calls.setdefault(a.tool.name, []).append(a)
-    by_operator = Resolution.RESOLVED_BY_OPERATOR
-    return sorted(
-        name
-        for name, rows in calls.items()
-        if all(a.state == ActionState.FAILED and a.resolution == by_operator for a in rows)
-    )
-
-
-def replay_verdict(run: Run, executed=..., actions=None) -> ReplayVerdict:
-    """The replay table (docs/design.md, "Runs and replay"), in one place: the API answers with
-    it and the console shows it before anyone clicks.
-
-    Resolve feeds replay: a tool whose every call an operator resolved as failed is not at
-    risk. When that leaves nothing at risk, the replay is allowed without force, and the
-    message says why. `actions` (the run's actions, tool selected) saves a query.
-    """
-    executed = tools_executed(run) if executed is ... else executed
-    if run.input_file and not run.input_file.storage.exists(run.input_file.name):
-        return ReplayVerdict(
-            allowed=False,
-            forceable=False,
-            gone=True,
-            message="The input file of this run is no longer stored; it cannot be replayed.",
-            tools_at_risk=executed,
-        )
-    if run.status in {RunStatus.PENDING, RunStatus.RUNNING}:
-        return ReplayVerdict(
-            allowed=False,
-            forceable=False,
-            gone=False,
-            message="This run has not settled yet; wait until it finishes.",
-            tools_at_risk=executed,
-        )
-    if run.status == RunStatus.SUCCESS:
-        return ReplayVerdict(
-            allowed=False,
-            forceable=True,
-            gone=False,
-            message="This run already succeeded; its side effects happened. Replay refused.",
-            tools_at_risk=executed,
-        )
-    if executed == []:
-        return ReplayVerdict(
-            allowed=True,
-            forceable=True,
-            gone=False,
-            message="No tool was called before this run ended: safe to replay.",
-            tools_at_risk=[],
-        )
-    cleared = []
-    if executed:
-        cleared = [t for t in tools_resolved_not_applied(run, actions) if t in executed]
-        safe = [
-            s for s in tools_safe_by_declaration(run, executed, actions) if s["tool"] not in cleared
-        ]
-        if safe:
-            return _verdict_with_declarations(run, executed, cleared, safe)
-    if cleared:
-        at_risk = [t for t in executed if t not in cleared]
-        why = (
-            f"An operator resolved every call of {', '.join(cleared)} by this run as failed: "
-            "not applied, so not at risk."
-        )
-        if not at_risk:
-            return ReplayVerdict(
-                allowed=True,
-                forceable=True,
-                gone=False,
-                message=f"This run called {', '.join(cleared)}, but nothing it called was applied. "
-                f"{why} Safe to replay.",
-                tools_at_risk=[],
-                not_applied=cleared,
-            )
-        return ReplayVerdict(
-            allowed=False,
-            forceable=True,
-            gone=False,
-            message=f"Before failing, this run called {', '.join(at_risk)}. A replay may repeat "
-            f"them. An admin can force it with a reason. ({why})",
-            tools_at_risk=at_risk,
-            not_applied=cleared,
-        )
-    if executed is None:
-        return ReplayVerdict(
-            allowed=False,
-            forceable=True,
-            gone=False,
-            message="Whether this run called any tool before failing could not be established; a "
-            "replay may repeat side effects. An admin can force it with a reason.",
-            tools_at_risk=None,
-        )
-    return ReplayVerdict(
-        allowed=False,
-        forceable=True,
-        gone=False,
-        message=f"Before failing, this run called {', '.join(executed)}. A replay may repeat them. "
-        "An admin can force it with a reason.",
-        tools_at_risk=executed,
-    )
-
-
-def _verdict_with_declarations(run: Run, executed, cleared, safe) -> ReplayVerdict:
-    """The verdict when some called tools are safe by declaration: the refusal names only
-    the tools still at risk, and says which declarations made the others safe."""
-    safe_names = {s["tool"] for s in safe}
-    at_risk = [t for t in executed if t not in cleared and t not in safe_names]
-    notes = [f"Safe to repeat by declaration: {_safe_sentence(safe)}."]
-    if cleared:
-        notes.append(
-            f"An operator resolved every call of {', '.join(cleared)} by this run as failed: "
-            "not applied, so not at risk."
-        )
-    if at_risk:
-        return ReplayVerdict(
-            allowed=False,
-            forceable=True,
-            gone=False,
-            message=f"Before failing, this run called {', '.join(at_risk)}. A replay may repeat "
-            f"them. An admin can force it with a reason. ({' '.join(notes)})",
-            tools_at_risk=at_risk,
-            not_applied=cleared,
-            safe_tools=safe,
-        )
-    if run.tools_reported is None:
-        # Everything the gateway saw is safe, but the runtime could not say what else it
-        # called (outside Takeover): that stays unknown, so the replay needs force.
-        return ReplayVerdict(
-            allowed=False,
-            forceable=True,
-            gone=False,
-            message=f"This run called {', '.join(executed)} through Takeover, all safe to repeat, "
-            "but whether it called any other tool could not be established; a replay may repeat "
-            f"side effects. An admin can force it with a reason. ({' '.join(notes)})",
-            tools_at_risk=None,
-            not_applied=cleared,
-            safe_tools=safe,
-        )
-    return ReplayVerdict(
-        allowed=True,
-        forceable=True,
-        gone=False,
-        message=f"This run called {', '.join(executed)}; none of it is at risk. {' '.join(notes)} "
-        "Safe to replay.",
-        tools_at_risk=[],
-        not_applied=cleared,
-        safe_tools=safe,
-    )
+# --- a run as the API shows it: what it called, and the replay verdict (`runs.replay`) -------
 
 
 def run_resource(run: Run, *, with_actions: bool = True) -> dict:
@@ -505,7 +248,7 @@ def open_queue(tenant_ids, *, states=None, tool_ids=None, older_than=None, now=N
 
     `state IN (open states)` is always present, so the planner can prove the predicate of
     the partial index `action_open_queue` (tenant, created_at, id) and use it. Acknowledged
-    blocked actions have left the queue (`services.action_acknowledge`).
+    blocked actions have left the queue (`decisions.action_acknowledge`).
     """
     qs = Action.objects.filter(
         tenant_id__in=tenant_ids,

@@ -2,7 +2,7 @@
 docs/design.md, "The action lifecycle", "Other state machines"), and the words of the
 lifecycle: failure reasons, resolutions, attempt outcomes, reconciliation verdicts and what
 each verdict means to a person. Every move goes through one guarded function in
-`runs/services.py` (`action_move`, `run_move`, `force_request_close`).
+`runs/moves.py` (`action_move`, `run_move`, `force_request_close`).
 
 Nothing leads from dispatching, unknown or needs_human back to queued: past the dispatch
 boundary an action is never re-sent automatically (invariant 2). That property is checked
@@ -48,11 +48,18 @@ ACTION = Machine("An action", ActionState, TRANSITIONS)
 # tool that declares it applies a key at most once (issue 13). Never to queued: a resend is
 # claimed from `unknown` like a reconciliation read, not put back in the queue, and an
 # `unsafe` tool is never re-sent past the boundary (invariant 2). Moved only by
-# `runs.services.action_move(..., declared=effect)`, from `action_resend_start`.
+# `runs.moves.action_move(..., declared=effect)`, from `action_resend_start`.
 DECLARED_MOVES: dict[tuple[str, str], set[str]] = {
     (ActionState.UNKNOWN, ActionState.DISPATCHING): {"idempotent", "read_only"},
 }
 RESEND_EFFECTS = DECLARED_MOVES[(ActionState.UNKNOWN, ActionState.DISPATCHING)]
+
+# Why each declaration that allows a resend makes it harmless, in the audit event's words.
+ACTION_RESENDS = {
+    "idempotent": "it declares that it applies one Idempotency-Key at most once and answers "
+    "a repeat with the first result",
+    "read_only": "it declares it has no side effect",
+}
 
 TERMINAL = set(ACTION.terminal)
 PAST_BOUNDARY = {ActionState.DISPATCHING, ActionState.UNKNOWN, ActionState.NEEDS_HUMAN}
@@ -74,6 +81,16 @@ UNSETTLED = [
     ActionState.AWAITING_APPROVAL,
     ActionState.QUEUED,
     ActionState.DISPATCHING,
+    ActionState.UNKNOWN,
+    ActionState.NEEDS_HUMAN,
+]
+
+# The states of an action whose call reached the tool, or may have: what a run called, for
+# tools_executed and the replay verdict (`runs.replay`).
+GATEWAY_CALLED = [
+    ActionState.DISPATCHING,
+    ActionState.SUCCEEDED,
+    ActionState.FAILED,
     ActionState.UNKNOWN,
     ActionState.NEEDS_HUMAN,
 ]

@@ -1,6 +1,6 @@
 """Celery tasks: thin. A message is only a wake-up; the work is in the database.
 
-`runs.drain` claims and works due rows until none are left (`runs.dispatch.drain`).
+`runs.drain` claims and works due rows until none are left (`runs.engine.worker.drain`).
 `runs.sweep` (beat, every SWEEP_INTERVAL_SECONDS) moves expired leases on, expires approval
 requests, reaps stale runs, emits the time-based notifications (`runs.alerts`), and then
 drains too (actions, reads and notification deliveries), whatever the wake-up flag says:
@@ -14,7 +14,8 @@ from celery.signals import worker_ready, worker_shutting_down
 
 from core.audit import SWEEPER, request_id_var
 
-from . import alerts, dispatch, services
+from . import alerts, decisions, runtime
+from .engine import leases, worker
 from .wakeup import wake_workers
 
 logger = logging.getLogger(__name__)
@@ -23,15 +24,15 @@ logger = logging.getLogger(__name__)
 @shared_task(name="runs.drain", bind=True)
 def drain(self):
     request_id_var.set(self.request.id or "")
-    dispatch.drain()
+    worker.drain()
 
 
 @shared_task(name="runs.sweep", bind=True)
 def sweep(self):
     request_id_var.set(self.request.id or "")
-    expired = dispatch.expire_leases()
-    requests = services.approval_requests_expire(actor=SWEEPER)
-    reaped = services.runs_reap_stale(actor=SWEEPER)
+    expired = leases.expire_leases()
+    requests = decisions.approval_requests_expire(actor=SWEEPER)
+    reaped = runtime.runs_reap_stale(actor=SWEEPER)
     alerted = alerts.alerts_sweep()
     if expired or requests or reaped or alerted:
         logger.info(
@@ -43,7 +44,7 @@ def sweep(self):
             alerted,
         )
     request_id_var.set(self.request.id or "")
-    dispatch.drain()
+    worker.drain()
 
 
 @worker_ready.connect
@@ -60,5 +61,5 @@ def _drain_on_start(**kwargs):
 def _finish_calls(**kwargs):
     # Let calls in flight finish and settle (each is bounded by its tool's timeout);
     # a worker killed instead leaves them to the lease path.
-    if dispatch._pool is not None:
-        dispatch._pool.shutdown()
+    if worker._pool is not None:
+        worker._pool.shutdown()

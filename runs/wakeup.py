@@ -2,7 +2,7 @@
 the queue).
 
 Work lives in `runs_action` rows. A worker that is awake drains it: it claims batches with
-`FOR UPDATE SKIP LOCKED` until nothing is due (`runs.dispatch.drain`). A Celery message
+`FOR UPDATE SKIP LOCKED` until nothing is due (`runs.engine.worker.drain`). A Celery message
 (`runs.drain`) only wakes a worker, and at most one is pending at a time: the single row of
 `runs_wakeup` says whether one was sent and not yet picked up. So the broker's depth stays in
 the order of the number of workers whatever the backlog, and a burst of 10,000 proposals

@@ -296,6 +296,10 @@ SPECTACULAR_SETTINGS = {
     # Every body is JSON; only POST /runs also takes multipart (declared on the view).
     "PARSER_WHITELIST": ["rest_framework.parsers.JSONParser"],
     "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "api.schema.request_rules",
+    ],
     "ENUM_NAME_OVERRIDES": {
         "ActionStateEnum": "runs.states.ActionState",
         "RunStatusEnum": "runs.states.RunStatus",
@@ -305,6 +309,10 @@ SPECTACULAR_SETTINGS = {
         "TokenStateEnum": ["active", "revoked", "expired"],
         "BulkItemKindEnum": ["action", "run"],
         "ResolveOutcomeEnum": ["succeeded", "failed"],
+        # The branches of a bulk body (api/schema.py, BulkIn).
+        "BulkResolveEnum": ["resolve"],
+        "BulkRecheckEnum": ["recheck"],
+        "BulkReplayEnum": ["replay"],
         # The problem `type` values each error status can carry (api/schema.py).
         **{
             "Problem" + "".join(s.title().replace("-", "") for s in slugs) + "TypeEnum": [
@@ -372,7 +380,7 @@ SAFE_RETRY_DELAY_SECONDS = env_float("SAFE_RETRY_DELAY_SECONDS", 1)
 # retry delays) plus this grace; past it the sweeper declares the worker lost.
 DISPATCH_LEASE_GRACE_SECONDS = env_float("DISPATCH_LEASE_GRACE_SECONDS", 30)
 SWEEP_INTERVAL_SECONDS = env_float("SWEEP_INTERVAL_SECONDS", 5)
-# The queue (runs.dispatch.drain): rows claimed per transaction, concurrent tool calls per
+# The queue (runs.engine.worker.drain): rows claimed per transaction, concurrent tool calls per
 # worker process, and how long one wake-up may drain before it hands over to a fresh one.
 CLAIM_BATCH_SIZE = int(os.environ.get("CLAIM_BATCH_SIZE", 16))
 # With the pool busy, wait this long for half a batch of free slots before claiming fewer.

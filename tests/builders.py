@@ -4,18 +4,22 @@ engine (services, dispatch over HTTP to the demo downstream, reconciliation), ne
 writing a state column (docs/design.md, "Other state machines").
 """
 
+import threading
 import time
 import uuid
 from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
+from django.db import connections
 from rest_framework.test import APIClient
 
 from core.audit import Actor
 from core.models import Role
 from core.services import operator_create, principal_create, tenant_create, tool_create
-from runs import dispatch, services
+from runs import runtime
+from runs.engine import dispatch, reconcile
 from runs.models import Action
+from runs.propose import action_propose
 
 SETUP = Actor("system", "tests")
 PASSWORD = "correct horse"
@@ -160,7 +164,7 @@ def operator_actor(persona) -> Actor:
 
 
 def start_run(world, **options):
-    return services.run_start(
+    return runtime.run_start(
         principal=world.principal,
         trigger="api",
         config=options.pop("config", {"n": 1}),
@@ -177,7 +181,7 @@ def tool(world, name="update_ticket", prefix="tickets", **options):
 
 
 def propose(world, run, tool_, target, desired, expected_version=None, key=None, reason=""):
-    action, created, _ = services.action_propose(
+    action, created, _ = action_propose(
         run=run,
         tool=tool_,
         target=target,
@@ -235,7 +239,7 @@ def make_needs_human(world, *, run=None, target=None):
     if action.state == "unknown":
         # Not `manual`: this takes the reconcile lease, so a running worker's reconcile of
         # the same action does not read too (the tests count reads).
-        dispatch.action_reconcile(action.pk)
+        reconcile.action_reconcile(action.pk)
     return wait_state(action.pk, "needs_human")
 
 
@@ -262,7 +266,7 @@ def make_failed_run_with_tools(world):
     action = propose(world, run, t, target, {"status": "closed"}, None)
     dispatch.action_dispatch(action.pk)
     wait_state(action.pk, {"succeeded", "failed", "unknown", "needs_human"})
-    return services.run_finish(
+    return runtime.run_finish(
         run,
         status="error",
         error_message="model timed out",
@@ -273,7 +277,7 @@ def make_failed_run_with_tools(world):
 
 def make_failed_run_without_tools(world):
     run = start_run(world, config={"order": 7})
-    return services.run_finish(
+    return runtime.run_finish(
         run, status="error", error_message="bad input", tools_called=[], actor=agent_of(world)
     )
 
@@ -291,7 +295,7 @@ def _reconcile_until(action_id, states, timeout=20.0) -> Action:
     while Action.objects.get(pk=action_id).state not in states:
         if time.monotonic() > deadline:
             break
-        dispatch.action_reconcile(action_id)  # no-op unless due and unclaimed
+        reconcile.action_reconcile(action_id)  # no-op unless due and unclaimed
         time.sleep(0.2)
     return wait_state(action_id, states, timeout=1)
 
@@ -317,3 +321,30 @@ def make_resent(world, *, run=None, target=None):
     action = propose(world, run, t, target, {"subject": "Renewal", "body": "Hello again."})
     dispatch.action_dispatch(action.pk)
     return _reconcile_until(action.pk, {"succeeded"})
+
+
+# --- races ---------------------------------------------------------------------------------
+
+
+def race(n, fn):
+    """Run fn(i) in n threads released together; each thread uses its own DB connection."""
+    barrier = threading.Barrier(n)
+    results = [None] * n
+    errors = []
+
+    def body(i):
+        try:
+            barrier.wait(10)
+            results[i] = fn(i)
+        except Exception as exc:  # surfaced below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    return results

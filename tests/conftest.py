@@ -82,7 +82,7 @@ def _stop_wait_listener(django_db_setup):
     """API tests that wait start this process's LISTEN connection; it must be gone before
     the test database is dropped (torn down before `django_db_setup`)."""
     yield
-    from runs.notify import waiters
+    from runs.waits import waiters
 
     waiters.stop()
 

@@ -1,6 +1,7 @@
 """Strict DRF fields: JSON has types, and "3" is not an integer; and nothing passes that
 PostgreSQL would refuse (NUL, lone surrogates, integers outside 64 bits, deep nesting)."""
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from .jsonsafe import MAX_DEPTH, bad_string, problem_in
@@ -53,6 +54,7 @@ class StrictFloatField(serializers.FloatField):
         return super().to_internal_value(value)
 
 
+@extend_schema_field({"type": "object", "additionalProperties": {}})
 class JSONObjectField(serializers.JSONField):
     """A JSON object PostgreSQL can store as jsonb: no NUL, no lone surrogate, at most
     MAX_DEPTH levels deep (counting the object itself)."""

@@ -109,9 +109,9 @@ def api(document, world):
 def test_schema_validates_without_warnings(schema_file, document):
     ops = [op for item in document["paths"].values() for op in item.values()]
     # The API's 27 core operations, plus tokens (4), acknowledge, idempotency conflicts,
-    # four-eyes force replay requests (3), the tenant's settings (2), one tool and its
-    # declaration (2), and bulk preview and apply (2).
-    assert len(ops) == 42
+    # four-eyes force replay requests (3), the tenant's settings (2), one tool, its
+    # declaration and its signing secret's rotation (3), and bulk preview and apply (2).
+    assert len(ops) == 43
     assert all(op["operationId"] for op in ops)
     for op in ops:
         for status, response in op["responses"].items():

@@ -12,8 +12,7 @@ from approvals.models import Approval, ApprovalState
 from approvals.services import approval_consume, approval_revoke
 from approvals.states import BlockReason
 from core.errors import StateConflict
-from tests.builders import SETUP
-from tests.runs.test_concurrency import race
+from tests.builders import SETUP, race
 
 pytestmark = pytest.mark.worker
 

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from runs import dispatch, services
+from runs import decisions, replay, runtime
+from runs.engine import dispatch
+from runs.propose import action_propose
 from tests.builders import make_world
 from tests.console.conftest import (
     agent_of,
@@ -80,20 +82,20 @@ def test_screenshots(live_db, downstream, new_page, console_server):
     )
     make_awaiting(w, run=run, target="j.chen@example.com")
     denied = make_awaiting(w, run=run, target="all-customers@example.com")
-    services.approval_request_deny(
+    decisions.approval_request_deny(
         denied.approval_request,
         reason="Bulk mail to every customer needs a marketing sign-off.",
         actor=operator_actor(w.approver),
     )
-    services.action_claim_for_operator(needs, user=user(w.oncall), actor=operator_actor(w.oncall))
+    decisions.action_claim_for_operator(needs, user=user(w.oncall), actor=operator_actor(w.oncall))
     failed_run = make_failed_run_with_tools(w)
-    services.run_replay(
+    replay.run_replay(
         failed_run,
         force=True,
         reason="Ticket updates are idempotent by key; the ledger guards them.",
         actor=operator_actor(w.admin),
     )
-    services.run_finish(
+    runtime.run_finish(
         run, status="error", error_message="worker lost", tools_called=None, actor=agent_of(w)
     )
 
@@ -102,7 +104,7 @@ def test_screenshots(live_db, downstream, new_page, console_server):
 
     held = propose(w, start_run(w), tool(w), "TCK-5001", {"status": "closed"}, key="evt-77:close")
     with contextlib.suppress(IdempotencyConflict):
-        services.action_propose(
+        action_propose(
             run=start_run(w),
             tool=tool(w),
             target="TCK-5002",
@@ -120,7 +122,7 @@ def test_screenshots(live_db, downstream, new_page, console_server):
     search = declared_tool(w, "search_tickets", prefix="search", effect="read_only", lookup=False)
     propose(w, safe_run, search, "open", {"status": "open"})
     propose(w, safe_run, tool(w), "TCK-4400", {"status": "open"})
-    services.run_finish(
+    runtime.run_finish(
         safe_run,
         status="error",
         error_message="The LLM provider answered 529 after 3 of 40 tickets.",

@@ -3,7 +3,7 @@ server, the engine's own services and the demo downstream over HTTP; and axe-cor
 main page.
 
 These tests do not start the suite's shared Celery worker: where a worker would dispatch,
-the test calls the same service (`runs.dispatch.action_dispatch`) itself."""
+the test calls the same service (`runs.engine.dispatch.action_dispatch`) itself."""
 
 import re
 import time
@@ -13,7 +13,7 @@ from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import expect
 
 from core.models import Role
-from runs import dispatch
+from runs.engine import dispatch
 from runs.models import Action, Replay, Run
 from tests.builders import make_world
 from tests.console.conftest import (

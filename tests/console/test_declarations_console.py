@@ -2,7 +2,7 @@
 the tool's lookup answer in the timeline, resends numbered as attempts, and, in the replay
 panel, which tools are safe to repeat and why."""
 
-from runs import services
+from runs import runtime
 from tests.conftest import make_world
 from tests.console.conftest import (
     agent_of,
@@ -62,7 +62,7 @@ def test_the_replay_panel_says_which_tools_are_safe_and_why(live_db, downstream)
         world, "search_tickets", prefix="search", effect="read_only", lookup=False
     )
     read = propose(world, run, search, "open", {"status": "open"})
-    services.run_finish(
+    runtime.run_finish(
         run,
         status="error",
         error_message="model timeout",
@@ -82,7 +82,7 @@ def test_the_replay_panel_says_which_tools_are_safe_and_why(live_db, downstream)
     # One unsafe tool among them: it alone is at risk, and the others still say why not.
     other = start_run(world)
     propose(world, other, tool(world), "T-9", {"status": "open"})
-    services.run_finish(
+    runtime.run_finish(
         other,
         status="error",
         error_message="x",

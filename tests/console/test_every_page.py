@@ -12,7 +12,8 @@ from playwright.sync_api import expect
 
 from core import notifications
 from core.errors import IdempotencyConflict
-from runs import services
+from runs.propose import action_propose
+from runs.replay import run_replay
 from tests.builders import make_world
 from tests.console.conftest import (
     agent_of,
@@ -49,12 +50,12 @@ def scene(downstream):
         world, run=run, target="a.very.long.address.for.a.phone@example.com", reason="Asked twice."
     )
     failed = make_failed_run_with_tools(world)
-    replay = services.run_replay(
+    replay = run_replay(
         failed, force=True, reason="keys guard it", actor=operator_actor(world.admin)
     )
     held = propose(world, start_run(world), tool(world), "T-1", {"status": "closed"}, key="e:1")
     with contextlib.suppress(IdempotencyConflict):  # a conflict, for the conflicts page
-        services.action_propose(
+        action_propose(
             run=start_run(world),
             tool=tool(world),
             target="T-2",

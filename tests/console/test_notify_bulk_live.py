@@ -14,7 +14,8 @@ from core.models import AuditEvent, NotificationDelivery, NotificationEvent, Rol
 from core.services import tenant_settings_update
 from ledger.models import LedgerEntry
 from ledger.services import ledger_revoke
-from runs import dispatch, services
+from runs import decisions, runtime
+from runs.engine import dispatch
 from runs.models import Action, Run
 from tests.builders import make_world
 from tests.console.conftest import (
@@ -181,7 +182,7 @@ def test_a_bulk_preview_matches_what_the_confirm_does(
     held = make_needs_human(world, run=run)
     awaiting = make_awaiting(world, run=run)
     colleague = add_operator(world, "oncall2", Role.ONCALL)
-    services.action_claim_for_operator(held, user=user(colleague), actor=operator_actor(colleague))
+    decisions.action_claim_for_operator(held, user=user(colleague), actor=operator_actor(colleague))
     page = sign_in(new_page(), console_server, world.oncall)
     for a in (first, second, held, awaiting):
         page.locator(f"#pick-{a.pk}").check()
@@ -257,7 +258,7 @@ def test_a_bulk_confirm_after_the_selection_changed_does_nothing_and_previews_ag
     page.get_by_role("button", name="Preview").click()
     assert set(_wills(page).values()) == {"resolve_succeeded"}
     # Meanwhile a colleague settles one of them.
-    services.action_resolve(
+    decisions.action_resolve(
         first, outcome="failed", reason="it was not", actor=operator_actor(world.admin)
     )
     page.get_by_role("button", name="Confirm: resolve 2").click()
@@ -288,7 +289,7 @@ def test_a_bulk_replay_preview_names_the_tools_and_ledger_hits_and_the_replay_pr
         actor=operator_actor(world.admin),
         reason="reopened by hand",
     )
-    services.run_finish(
+    runtime.run_finish(
         forced, status="error", tools_called=["update_ticket"], actor=agent_of(world)
     )
     page = sign_in(new_page(), console_server, world.admin, path="/runs/")
@@ -347,7 +348,7 @@ def test_the_run_page_follows_the_run_and_keeps_a_typed_force_reason(
     world = make_world(downstream)
     run = start_run(world)
     action = make_needs_human(world, run=run)
-    services.run_finish(run, status="error", tools_called=["update_ticket"], actor=agent_of(world))
+    runtime.run_finish(run, status="error", tools_called=["update_ticket"], actor=agent_of(world))
     page = sign_in(new_page(), console_server, world.admin, path=f"/runs/{run.pk}/")
     expect(page.locator("#replay-verdict")).to_contain_text("Replay refused without force")
     reason = "The customer confirmed nothing was closed"
@@ -355,7 +356,7 @@ def test_the_run_page_follows_the_run_and_keeps_a_typed_force_reason(
 
     # A colleague resolves its one call as failed: the actions follow, the verdict changes,
     # and the form being typed in stays, with a notice.
-    services.action_resolve(
+    decisions.action_resolve(
         action, outcome="failed", reason="not applied", actor=operator_actor(world.oncall)
     )
     expect(page.locator("#run-actions")).to_contain_text("failed", timeout=12_000)

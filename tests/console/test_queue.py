@@ -12,7 +12,7 @@ from django.test import Client
 from django.utils import timezone
 
 from console import selectors as sel
-from runs import services
+from runs import decisions
 from runs.models import Action
 from tests.builders import make_world
 from tests.console.conftest import (
@@ -69,7 +69,7 @@ def test_queue_with_fifty_rows_runs_a_constant_number_of_queries(
 
     actions = awaiting_many(world, 46)
     for action in actions[:5]:  # claim holders are joined, not fetched one by one
-        services.action_claim_for_operator(
+        decisions.action_claim_for_operator(
             action, user=user(world.oncall), actor=operator_actor(world.oncall)
         )
     full = queue_queries(oncall, django_assert_num_queries, QUEUE_QUERIES)

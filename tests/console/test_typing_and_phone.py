@@ -10,7 +10,7 @@ from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import expect
 
 from core.models import Role
-from runs import services
+from runs import decisions, runtime
 from runs.models import Action
 from tests.builders import make_world
 from tests.console.conftest import (
@@ -45,7 +45,7 @@ def test_a_colleagues_claim_arriving_while_a_reason_is_typed_keeps_the_text(
     reason = "Called the customer: the ticket is closed on their side"
     page.get_by_label("Reason").fill(reason)
 
-    services.action_claim_for_operator(
+    decisions.action_claim_for_operator(
         action, user=user(colleague), actor=operator_actor(colleague)
     )
     # The live part follows (banner), the form does not move, and a notice says what changed.
@@ -77,7 +77,7 @@ def test_untouched_controls_follow_a_claim_and_discard_restores_the_live_form(
     colleague = add_operator(world, "oncall2", Role.ONCALL)
     page = sign_in(new_page(), console_server, world.oncall, path=f"/actions/{action.pk}/")
     page.get_by_label("Reason").fill("half a thought")
-    services.action_claim_for_operator(
+    decisions.action_claim_for_operator(
         action, user=user(colleague), actor=operator_actor(colleague)
     )
     notice = page.locator("#controls-notice")
@@ -103,7 +103,7 @@ def test_approvals_keep_updating_while_a_deny_reason_is_typed(
     box.focus()
 
     newcomer = make_awaiting(world, run=run)
-    services.approval_request_grant(
+    decisions.approval_request_grant(
         gone.approval_request, ttl_seconds=600, actor=operator_actor(world.admin)
     )
     started = time.monotonic()
@@ -211,7 +211,7 @@ def test_oncall_acknowledges_a_blocked_action_and_it_leaves_the_open_counts(
 ):
     world = make_world(downstream)
     action = make_awaiting(world)
-    services.approval_request_deny(
+    decisions.approval_request_deny(
         action.approval_request, reason="Not this one.", actor=operator_actor(world.approver)
     )
     page = sign_in(new_page(), console_server, world.oncall)
@@ -239,7 +239,7 @@ def test_resolve_as_failed_feeds_the_run_replay_verdict(
     world = make_world(downstream)
     run = start_run(world)
     action = make_needs_human(world, run=run)
-    services.run_finish(
+    runtime.run_finish(
         run, status="error", tools_called=["update_ticket"], actor=operator_actor(world.admin)
     )
     page = sign_in(new_page(), console_server, world.admin, path=f"/runs/{run.pk}/")
@@ -277,7 +277,7 @@ def test_approver_lands_on_approvals_and_sees_reason_run_and_target_state(
     action = propose(
         world, run, t, target, {"status": "closed"}, 7, reason="Customer confirmed the fix."
     )
-    services.run_finish(run, status="error", tools_called=[], actor=operator_actor(world.admin))
+    runtime.run_finish(run, status="error", tools_called=[], actor=operator_actor(world.admin))
 
     page = new_page()
     page.goto(console_server("/login/"))  # no ?next: the default landing
@@ -390,7 +390,7 @@ def test_all_actions_lists_settled_ones_with_filters_and_csv(
     world = make_world(downstream)
     run = start_run(world)
     needs = make_needs_human(world, run=run)
-    services.action_resolve(
+    decisions.action_resolve(
         needs, outcome="failed", reason="checked", actor=operator_actor(world.oncall)
     )
     awaiting = make_awaiting(world, run=run)
@@ -559,7 +559,7 @@ def test_audit_filters_are_lists_and_errors_are_in_words(
 ):
     world = make_world(downstream)
     action = make_needs_human(world)
-    services.action_resolve(
+    decisions.action_resolve(
         action, outcome="failed", reason="checked", actor=operator_actor(world.oncall)
     )
     page = sign_in(new_page(), console_server, world.admin, path="/audit/")
@@ -579,6 +579,7 @@ def test_idempotency_conflicts_are_listed_side_by_side(
     live_db, downstream, new_page, console_server
 ):
     from core.errors import IdempotencyConflict
+    from runs.propose import action_propose
     from tests.console.conftest import agent_of, propose, tool
 
     world = make_world(downstream)
@@ -587,7 +588,7 @@ def test_idempotency_conflicts_are_listed_side_by_side(
     key = f"evt-{run.pk.hex[:6]}:update_ticket"
     held = propose(world, run, t, "T-1", {"status": "closed"}, key=key)
     with pytest.raises(IdempotencyConflict):
-        services.action_propose(
+        action_propose(
             run=run,
             tool=t,
             target="T-1",

@@ -13,7 +13,8 @@ from django.test import Client
 from approvals.models import Approval, ApprovalRequest
 from core.models import AuditEvent, Role
 from core.services import operator_create
-from runs import dispatch, services
+from runs import decisions, runtime
+from runs.engine import dispatch
 from runs.models import Action, Replay, Run
 from tests.builders import SETUP, make_world
 from tests.console.conftest import (
@@ -272,7 +273,7 @@ def test_action_live_poll_is_204_until_the_action_changes(live_db, downstream):
     page = text(client.get(f"/actions/{action.pk}/"))
     poll = re.search(r'hx-get="([^"]*live=1[^"]*)"', page).group(1).replace("&amp;", "&")
     assert client.get(poll, HTTP_HX_REQUEST="true").status_code == 204
-    services.action_resolve(
+    decisions.action_resolve(
         action, outcome="succeeded", reason="r", actor=operator_actor(world.admin)
     )
     changed = client.get(poll, HTTP_HX_REQUEST="true")
@@ -308,7 +309,7 @@ def test_inbox_shows_the_binding_and_grant_queues_the_action(live_db, downstream
 def test_a_request_decided_meanwhile_cannot_be_granted(live_db, downstream):
     world = make_world(downstream)
     action = make_awaiting(world)
-    services.approval_request_deny(
+    decisions.approval_request_deny(
         ApprovalRequest.objects.get(pk=action.approval_request_id),
         reason="no",
         actor=operator_actor(world.admin),
@@ -356,7 +357,7 @@ def test_inbox_poll_is_204_until_a_request_arrives(live_db, downstream):
 def test_run_page_shows_input_config_tools_and_actions(live_db, downstream):
     world = make_world(downstream)
     upload = SimpleUploadedFile("orders.csv", b"id,total\n1,10\n2,20\n", "text/csv")
-    run = services.run_start(
+    run = runtime.run_start(
         principal=world.principal,
         trigger="webhook",
         config={"batch": 7},
@@ -441,7 +442,7 @@ def test_force_replay_needs_a_reason_and_the_typed_run_id(live_db, downstream):
 def test_audit_filters_and_csv_export(live_db, downstream):
     world = make_world(downstream)
     action = make_needs_human(world)
-    services.action_resolve(
+    decisions.action_resolve(
         action,
         outcome="succeeded",
         reason='=HYPERLINK("http://evil")',

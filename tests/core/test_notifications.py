@@ -20,7 +20,7 @@ from core.models import (
     Role,
 )
 from core.services import tenant_settings_update
-from runs import alerts, services
+from runs import alerts, replay
 from tests.builders import (
     SETUP,
     add_operator,
@@ -253,7 +253,7 @@ def test_needs_human_and_force_replay_are_announced_from_their_transitions(
     channel(world, rec, ["action.needs_human", "replay.forced"])
     needs = make_needs_human(world)
     run = make_failed_run_with_tools(world)
-    new_run = services.run_replay(
+    new_run = replay.run_replay(
         run, force=True, reason="keys guard every ticket", actor=operator_actor(world.admin)
     )
     got = {r.json["type"]: r.json for r in rec.wait_for(2)}

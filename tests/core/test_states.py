@@ -10,7 +10,7 @@ from core.errors import IllegalTransition
 from core.notifications import DELIVERY
 from core.states import Machine
 from ledger.states import LEDGER
-from runs.services import LEDGER_STATUS_FOR, run_move
+from runs.moves import LEDGER_STATUS_FOR, run_move
 from runs.states import ACTION, FORCE_REQUEST, RUN, ActionState, RunStatus
 
 

@@ -124,9 +124,12 @@ def test_operator_tokens_are_managed_only_by_an_admin_of_all_their_tenants(world
     for token in approver_tokens:
         url = f"/api/v1/tokens/{token.pk}/revoke"
         assert world.admin.client().post(url, {}, format="json").status_code == 404
-    assert world.admin.client().post(
-        f"/api/v1/tokens/{own['id']}/revoke", {}, format="json"
-    ).json()["state"] == "revoked"
+    assert (
+        world.admin.client()
+        .post(f"/api/v1/tokens/{own['id']}/revoke", {}, format="json")
+        .json()["state"]
+        == "revoked"
+    )
 
 
 @pytest.mark.parametrize(
@@ -210,9 +213,7 @@ def test_an_admin_never_receives_another_operators_secret(world):
     from tests.builders import operator_actor, user
 
     with pytest.raises(PermissionDenied):
-        token_issue(
-            tenant=world.tenant, actor=operator_actor(world.admin), user=user(world.oncall)
-        )
+        token_issue(tenant=world.tenant, actor=operator_actor(world.admin), user=user(world.oncall))
     with pytest.raises(PermissionDenied):
         operator_create(
             tenant=world.tenant,

@@ -17,7 +17,7 @@ from django.utils import timezone
 from core.audit import SYSTEM, AuditDeletionRefused, audit_events_delete_archived
 from core.models import AuditEvent
 from ledger.models import LedgerEntry
-from runs import dispatch
+from runs.engine import dispatch
 from runs.models import Action, Attempt, Reconciliation, Replay, Run
 from tests.conftest import start_downstream
 

@@ -13,7 +13,7 @@ import time_machine
 from django.utils import timezone
 
 from runs.models import Action
-from runs.services import runs_reap_stale
+from runs.runtime import runs_reap_stale
 
 from ..builders import SETUP
 

@@ -1,26 +1,23 @@
-"""Issue 12's decisions through the API: acknowledge a blocked action, resolve feeds replay,
-and the agent's optional `reason` on propose. Real services, real downstream over HTTP."""
+"""A person's decisions (`runs/decisions.py`) through the API: acknowledge a blocked action,
+resolve on a fresh read, re-check (a person reads, never sends), grant a waiting request, and
+a request nobody decided expires and fails closed. Real services, real downstream over HTTP.
+"""
 
-import uuid
+import pytest
 
-from core.models import AuditEvent
+from core.models import AuditEvent, Tool
 from runs.models import Action
-from tests.builders import (
-    agent_of,
-    make_awaiting,
-    make_needs_human,
-    operator_actor,
-    start_run,
-)
+from tests.builders import make_awaiting, make_needs_human, operator_actor
 
 from ..conftest import problem
+from .scenarios import key, reads, target, unknown_out_of_reach
 
 
 def _blocked(world):
-    from runs import services
+    from runs import decisions
 
     action = make_awaiting(world)
-    services.approval_request_deny(
+    decisions.approval_request_deny(
         action.approval_request, reason="no", actor=operator_actor(world.approver)
     )
     return Action.objects.get(pk=action.pk)
@@ -73,74 +70,10 @@ def test_bad_acknowledge_note_is_a_400_naming_the_field(world):
     assert Action.objects.get(pk=action.pk).acknowledged_at is None
 
 
-def test_resolving_the_only_call_as_failed_makes_the_replay_safe(world):
-    from runs import services
-
-    run = start_run(world)
-    action = make_needs_human(world, run=run)
-    services.run_finish(run, status="error", tools_called=["update_ticket"], actor=agent_of(world))
-    admin = world.admin.client()
-    refused = admin.post(f"/api/v1/runs/{run.pk}/replay", {}, format="json")
-    assert refused.status_code == 409
-    assert problem(refused)["type"] == "/problems/replay-refused"
-    verdict = admin.get(f"/api/v1/runs/{run.pk}").json()["replay_verdict"]
-    assert verdict["allowed"] is False and verdict["tools_at_risk"] == ["update_ticket"]
-
-    resolved = world.oncall.client().post(
-        f"/api/v1/actions/{action.pk}/resolve",
-        {"outcome": "failed", "reason": "ticket still open: never applied"},
-        format="json",
-    )
-    assert resolved.status_code == 200
-    verdict = admin.get(f"/api/v1/runs/{run.pk}").json()["replay_verdict"]
-    assert verdict["allowed"] is True
-    assert verdict["tools_at_risk"] == [] and verdict["not_applied"] == ["update_ticket"]
-    assert "resolved every call of update_ticket" in verdict["message"]
-    replay = admin.post(f"/api/v1/runs/{run.pk}/replay", {}, format="json")
-    assert replay.status_code == 201, replay.content
-
-
-def test_a_call_resolved_as_succeeded_stays_at_risk(world):
-    from runs import services
-
-    run = start_run(world)
-    first = make_needs_human(world, run=run)
-    second = make_needs_human(world, run=run)
-    services.run_finish(run, status="error", tools_called=None, actor=agent_of(world))
-    oncall = operator_actor(world.oncall)
-    services.action_resolve(first, outcome="failed", reason="not applied", actor=oncall)
-    services.action_resolve(second, outcome="succeeded", reason="applied", actor=oncall)
-    verdict = world.admin.client().get(f"/api/v1/runs/{run.pk}").json()["replay_verdict"]
-    assert verdict["allowed"] is False
-    assert verdict["tools_at_risk"] == ["update_ticket"] and verdict["not_applied"] == []
-
-
-def test_propose_keeps_the_agents_reason_outside_the_fingerprint(world):
-    world.tool("update_ticket")
-    run = world.start_run()
-    key = f"k-{uuid.uuid4().hex}"
-    body = {"tool": "update_ticket", "target": "T-1", "desired_state": {"status": "closed"}}
-    first = world.propose(run["id"], key, reason="Customer asked to close it", **body)
-    assert first.status_code == 201, first.content
-    assert first.json()["reason"] == "Customer asked to close it"
-    again = world.propose(run["id"], key, reason="Reworded", **body)
-    assert again.status_code == 200 and again.json()["replayed"] is True
-    assert again.json()["reason"] == "Customer asked to close it"
-    assert (
-        world.propose(run["id"], f"k-{uuid.uuid4().hex}", reason=None, **body).json()["reason"]
-        is None
-    )
-    bad = world.propose(run["id"], f"k-{uuid.uuid4().hex}", reason=["x"], **body)
-    assert bad.status_code == 400 and "reason" in problem(bad)["errors"]
-    schema = world.admin.client().get("/api/v1/schema/?format=json").json()
-    propose_in = schema["components"]["schemas"]["ActionProposeInRequest"]["properties"]
-    assert "reason" in propose_in
-
-
 def test_resolve_on_a_stale_read_is_refused_and_the_read_is_recorded(world, settings):
     import time
 
-    from runs import dispatch
+    from runs import decisions
 
     action = make_needs_human(world)
     oncall = world.oncall.client()
@@ -154,7 +87,7 @@ def test_resolve_on_a_stale_read_is_refused_and_the_read_is_recorded(world, sett
 
     settings.RESOLVE_READ_MAX_AGE_SECONDS = 60
     old_read = action.reconciliations.order_by("at").last()
-    dispatch.action_reconcile(action.pk, actor=operator_actor(world.oncall), manual=True)
+    decisions.action_recheck(action.pk, actor=operator_actor(world.oncall))
     fresh = action.reconciliations.order_by("at", "id").last()
     assert fresh.pk != old_read.pk
     behind = oncall.post(
@@ -175,95 +108,8 @@ def test_resolve_on_a_stale_read_is_refused_and_the_read_is_recorded(world, sett
     assert event.after["resolved_on_read"] == fresh.pk
 
 
-def test_four_eyes_force_replay_through_the_api(world):
-    from runs.models import Run
-    from tests.builders import add_operator, make_failed_run_with_tools
-
-    admin = world.admin.client()
-    assert admin.get("/api/v1/settings").json() == {
-        "four_eyes_force_replay": False,
-        "approval_sla_seconds": 0,
-        "unknown_alert_seconds": 900,  # the notification thresholds' defaults
-        "approval_expiry_warning_seconds": 3600,
-    }
-    assert (
-        world.oncall.client()
-        .post("/api/v1/settings", {"four_eyes_force_replay": True}, format="json")
-        .status_code
-        == 403
-    )
-    bad = admin.post("/api/v1/settings", {"four_eyes_force_replay": "yes"}, format="json")
-    assert bad.status_code == 400 and "four_eyes_force_replay" in problem(bad)["errors"]
-    on = admin.post("/api/v1/settings", {"four_eyes_force_replay": True}, format="json")
-    assert on.json() == {
-        "four_eyes_force_replay": True,
-        "approval_sla_seconds": 0,
-        "unknown_alert_seconds": 900,
-        "approval_expiry_warning_seconds": 3600,
-    }
-
-    run = make_failed_run_with_tools(world)
-    asked = admin.post(
-        f"/api/v1/runs/{run.pk}/replay", {"force": True, "reason": "guarded"}, format="json"
-    )
-    assert asked.status_code == 202, asked.content
-    request_id = asked.json()["id"]
-    assert asked.json()["state"] == "pending" and asked.json()["tools_at_risk"] == ["update_ticket"]
-    again = admin.post(
-        f"/api/v1/runs/{run.pk}/replay", {"force": True, "reason": "again"}, format="json"
-    )
-    assert again.status_code == 409 and "already waits" in problem(again)["detail"]
-    own = admin.post(f"/api/v1/force-replay-requests/{request_id}/confirm")
-    assert own.status_code == 409 and "different admin" in problem(own)["detail"]
-    assert not Run.objects.filter(replay_of=run).exists()
-
-    second = add_operator(world, "admin2", "admin").client()
-    pending = second.get("/api/v1/force-replay-requests?state=pending").json()["results"]
-    assert [r["id"] for r in pending] == [request_id]
-    confirmed = second.post(f"/api/v1/force-replay-requests/{request_id}/confirm")
-    assert confirmed.status_code == 201, confirmed.content
-    assert confirmed.json()["replay_of"] == str(run.pk)
-    assert (
-        AuditEvent.objects.filter(verb="force_replay.confirm", object_id=str(run.pk)).count() == 1
-    )
-    # The confirmed replay has not settled: not even a new request for a second admin.
-    again = admin.post(
-        f"/api/v1/runs/{run.pk}/replay", {"force": True, "reason": "once more"}, format="json"
-    )
-    assert again.status_code == 409
-    assert problem(again)["unsettled_replay"] == confirmed.json()["id"]
-    assert (
-        AuditEvent.objects.filter(verb="force_replay.request", object_id=str(run.pk)).count() == 1
-    )
-    done = second.post(f"/api/v1/force-replay-requests/{request_id}/reject")
-    assert done.status_code == 409
-
-
-def test_every_idempotency_conflict_is_recorded_with_both_intents(world):
-    world.tool("update_ticket")
-    run = world.start_run()
-    key = f"k-{uuid.uuid4().hex}"
-    first = world.propose(
-        run["id"], key, tool="update_ticket", target="T-1", desired_state={"status": "closed"}
-    )
-    assert first.status_code == 201
-    clash = world.propose(
-        run["id"], key, tool="update_ticket", target="T-2", desired_state={"status": "closed"}
-    )
-    assert clash.status_code == 422
-    assert problem(clash)["type"] == "/problems/idempotency-conflict"
-    listed = world.oncall.client().get("/api/v1/idempotency-conflicts").json()["results"]
-    assert len(listed) == 1
-    assert listed[0]["key"] == key and listed[0]["existing_action"] == first.json()["id"]
-    assert listed[0]["attempted"]["target"] == "T-2"
-    assert AuditEvent.objects.filter(verb="idempotency.conflict", tenant=world.tenant).count() == 1
-    assert Action.objects.filter(tenant=world.tenant).count() == 1  # nothing else written
-    outsider = world.outsider.client().get("/api/v1/idempotency-conflicts").json()["results"]
-    assert outsider == []
-
-
 def test_approval_sla_is_a_tenant_setting_and_an_expiring_request_fails_closed(world):
-    from runs import services
+    from runs import decisions
     from runs.models import Action
 
     admin = world.admin.client()
@@ -276,8 +122,48 @@ def test_approval_sla_is_a_tenant_setting_and_an_expiring_request_fails_closed(w
     action = make_awaiting(world)
     request = action.approval_request
     type(request).objects.filter(pk=request.pk).update(expires_at=request.created_at)
-    services.approval_requests_expire(actor=operator_actor(world.admin))
+    decisions.approval_requests_expire(actor=operator_actor(world.admin))
     blocked = Action.objects.get(pk=action.pk)
     assert (blocked.state, blocked.block_reason) == ("blocked", "approval_expired")
     seen = world.agent.client().get(f"/api/v1/actions/{action.pk}").json()
     assert seen["block_reason"] == "approval_expired"
+
+
+@pytest.mark.worker
+def test_approval_requiring_tool_waits_for_a_grant(w):
+    run = w.start_run()
+    t = target()
+    response = w.propose(
+        run["id"], key(), tool="close_ticket", target=t, desired_state={"status": "closed"}
+    )
+    assert response.status_code == 201
+    action = response.json()
+    assert action["state"] == "awaiting_approval"
+    pending = w.approver.client().get("/api/v1/approval-requests?state=pending").json()["results"]
+    request = next(r for r in pending if r["action"] == action["id"])
+    assert request["target"] == t and request["tool"] == "close_ticket"
+    assert w.downstream.mutations(t) == 0
+    granted = w.approver.client().post(
+        f"/api/v1/approval-requests/{request['id']}/grant", {"ttl_seconds": 300}, format="json"
+    )
+    assert granted.status_code == 201
+    assert granted.json()["granted_by"] == {"kind": "operator", "name": w.approver.username}
+    done = w.wait_action(action["id"])
+    assert done["state"] == "succeeded"
+    assert w.downstream.mutations(t) == 1
+    # A decided request cannot be granted again.
+    again = w.approver.client().post(f"/api/v1/approval-requests/{request['id']}/grant")
+    assert again.status_code == 409
+
+
+@pytest.mark.worker
+def test_a_person_rechecking_reads_but_never_sends(w, billing_server):
+    billing, tool, action_id = unknown_out_of_reach(w, billing_server)
+    Tool.objects.filter(pk=tool.pk).update(effect="idempotent")
+    response = w.oncall.client().post(f"/api/v1/actions/{action_id}/reconcile", {})
+    assert response.status_code == 200
+    action = response.json()
+    assert len(billing.posts) == 1  # the first send only
+    assert reads(action)[-1] == ("state", "missing")
+    # The resend is still due, so the person's read leaves it unknown for it.
+    assert action["state"] == "unknown"

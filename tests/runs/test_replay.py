@@ -1,24 +1,22 @@
-"""Runs and replay (docs/design.md): the replay table through the API, force replay, the
-reaper, captured inputs."""
+"""Runs and replay (`runs/replay.py`, docs/design.md "Runs and replay"): the replay table
+through the API, resolve feeds replay, force replay and four eyes, captured inputs, and one
+unsettled replay per run."""
 
 import hashlib
 import threading
 import uuid
-from datetime import timedelta
 
 import pytest
-import time_machine
 from django.core.files.storage import default_storage
 from django.db import connections
-from django.utils import timezone
 
 from core.models import AuditEvent
-from runs import dispatch
+from runs.engine import dispatch
 from runs.models import Run
-from runs.services import runs_reap_stale
+from tests.builders import agent_of, make_needs_human, operator_actor, start_run
 
-from ..builders import SETUP
 from ..conftest import problem
+from .scenarios import finish, replay
 
 
 @pytest.fixture
@@ -26,17 +24,6 @@ def w(world):
     world.tool("send_email", prefix="email")
     world.tool("update_crm")
     return world
-
-
-def finish(w, run, status="error", tools_called=None, **extra):
-    body = {"status": status, "tools_called": tools_called, **extra}
-    response = w.agent.client().post(f"/api/v1/runs/{run['id']}/finish", body, format="json")
-    assert response.status_code == 200, response.content
-    return response.json()
-
-
-def replay(persona, run, tenant=None, **body):
-    return persona.client(tenant).post(f"/api/v1/runs/{run['id']}/replay", body, format="json")
 
 
 def test_a_succeeded_run_is_not_replayed(w):
@@ -189,62 +176,6 @@ def _upload(content):
     return SimpleUploadedFile("orders.csv", content, content_type="text/csv")
 
 
-def test_claim_takes_the_oldest_pending_replay_once(w):
-    runs = []
-    for _ in range(3):
-        run = w.start_run()
-        finish(w, run, "error", [])
-        runs.append(replay(w.agent, run).json())
-    results = []
-    barrier = threading.Barrier(5)
-
-    def claim():
-        barrier.wait(5)
-        results.append(w.agent.client().post("/api/v1/runs/claim"))
-        connections.close_all()
-
-    threads = [threading.Thread(target=claim) for _ in range(5)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    claimed = [r.json()["id"] for r in results if r.status_code == 200]
-    assert sorted(claimed) == sorted(r["id"] for r in runs)
-    assert sum(r.status_code == 204 for r in results) == 2
-    for run_id in claimed:
-        assert w.agent.client().get(f"/api/v1/runs/{run_id}").json()["status"] == "running"
-
-
-def test_stale_runs_are_reaped_once_even_by_two_reapers(w):
-    run = w.start_run()
-    fresh = w.start_run()
-    with time_machine.travel(timezone.now() + timedelta(hours=6, minutes=1)):
-        w.agent.client().post(f"/api/v1/runs/{fresh['id']}/heartbeat")
-        counts = []
-        barrier = threading.Barrier(2)
-
-        def reap():
-            barrier.wait(5)
-            counts.append(runs_reap_stale(actor=SETUP))
-            connections.close_all()
-
-        threads = [threading.Thread(target=reap) for _ in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(30)
-    reaped = Run.objects.get(pk=run["id"])
-    assert reaped.status == "error"
-    assert reaped.error_message == "No completion record within 6 hours; actual outcome unknown."
-    assert AuditEvent.objects.filter(object_id=run["id"], verb="run.error").count() == 1
-    assert Run.objects.get(pk=fresh["id"]).status == "running"
-    assert sum(counts) >= 1
-    assert w.agent.client().get(f"/api/v1/runs/{run['id']}").json()["tools_executed"] is None
-
-
-# --- one unsettled replay per run; the history is admin's -------------------------------------
-
-
 def test_concurrent_force_replays_create_exactly_one(w):
     run = w.start_run()
     finish(w, run, "error", ["send_email"])
@@ -294,3 +225,109 @@ def test_a_second_replay_waits_until_the_first_settles(w):
 def test_the_replay_history_is_admin_only(w, who):
     assert getattr(w, who).client().get("/api/v1/replays").status_code == 403
     assert w.admin.client().get("/api/v1/replays").status_code == 200
+
+
+def test_resolving_the_only_call_as_failed_makes_the_replay_safe(world):
+    from runs import runtime
+
+    run = start_run(world)
+    action = make_needs_human(world, run=run)
+    runtime.run_finish(run, status="error", tools_called=["update_ticket"], actor=agent_of(world))
+    admin = world.admin.client()
+    refused = admin.post(f"/api/v1/runs/{run.pk}/replay", {}, format="json")
+    assert refused.status_code == 409
+    assert problem(refused)["type"] == "/problems/replay-refused"
+    verdict = admin.get(f"/api/v1/runs/{run.pk}").json()["replay_verdict"]
+    assert verdict["allowed"] is False and verdict["tools_at_risk"] == ["update_ticket"]
+
+    resolved = world.oncall.client().post(
+        f"/api/v1/actions/{action.pk}/resolve",
+        {"outcome": "failed", "reason": "ticket still open: never applied"},
+        format="json",
+    )
+    assert resolved.status_code == 200
+    verdict = admin.get(f"/api/v1/runs/{run.pk}").json()["replay_verdict"]
+    assert verdict["allowed"] is True
+    assert verdict["tools_at_risk"] == [] and verdict["not_applied"] == ["update_ticket"]
+    assert "resolved every call of update_ticket" in verdict["message"]
+    replay = admin.post(f"/api/v1/runs/{run.pk}/replay", {}, format="json")
+    assert replay.status_code == 201, replay.content
+
+
+def test_a_call_resolved_as_succeeded_stays_at_risk(world):
+    from runs import decisions, runtime
+
+    run = start_run(world)
+    first = make_needs_human(world, run=run)
+    second = make_needs_human(world, run=run)
+    runtime.run_finish(run, status="error", tools_called=None, actor=agent_of(world))
+    oncall = operator_actor(world.oncall)
+    decisions.action_resolve(first, outcome="failed", reason="not applied", actor=oncall)
+    decisions.action_resolve(second, outcome="succeeded", reason="applied", actor=oncall)
+    verdict = world.admin.client().get(f"/api/v1/runs/{run.pk}").json()["replay_verdict"]
+    assert verdict["allowed"] is False
+    assert verdict["tools_at_risk"] == ["update_ticket"] and verdict["not_applied"] == []
+
+
+def test_four_eyes_force_replay_through_the_api(world):
+    from runs.models import Run
+    from tests.builders import add_operator, make_failed_run_with_tools
+
+    admin = world.admin.client()
+    assert admin.get("/api/v1/settings").json() == {
+        "four_eyes_force_replay": False,
+        "approval_sla_seconds": 0,
+        "unknown_alert_seconds": 900,  # the notification thresholds' defaults
+        "approval_expiry_warning_seconds": 3600,
+    }
+    assert (
+        world.oncall.client()
+        .post("/api/v1/settings", {"four_eyes_force_replay": True}, format="json")
+        .status_code
+        == 403
+    )
+    bad = admin.post("/api/v1/settings", {"four_eyes_force_replay": "yes"}, format="json")
+    assert bad.status_code == 400 and "four_eyes_force_replay" in problem(bad)["errors"]
+    on = admin.post("/api/v1/settings", {"four_eyes_force_replay": True}, format="json")
+    assert on.json() == {
+        "four_eyes_force_replay": True,
+        "approval_sla_seconds": 0,
+        "unknown_alert_seconds": 900,
+        "approval_expiry_warning_seconds": 3600,
+    }
+
+    run = make_failed_run_with_tools(world)
+    asked = admin.post(
+        f"/api/v1/runs/{run.pk}/replay", {"force": True, "reason": "guarded"}, format="json"
+    )
+    assert asked.status_code == 202, asked.content
+    request_id = asked.json()["id"]
+    assert asked.json()["state"] == "pending" and asked.json()["tools_at_risk"] == ["update_ticket"]
+    again = admin.post(
+        f"/api/v1/runs/{run.pk}/replay", {"force": True, "reason": "again"}, format="json"
+    )
+    assert again.status_code == 409 and "already waits" in problem(again)["detail"]
+    own = admin.post(f"/api/v1/force-replay-requests/{request_id}/confirm")
+    assert own.status_code == 409 and "different admin" in problem(own)["detail"]
+    assert not Run.objects.filter(replay_of=run).exists()
+
+    second = add_operator(world, "admin2", "admin").client()
+    pending = second.get("/api/v1/force-replay-requests?state=pending").json()["results"]
+    assert [r["id"] for r in pending] == [request_id]
+    confirmed = second.post(f"/api/v1/force-replay-requests/{request_id}/confirm")
+    assert confirmed.status_code == 201, confirmed.content
+    assert confirmed.json()["replay_of"] == str(run.pk)
+    assert (
+        AuditEvent.objects.filter(verb="force_replay.confirm", object_id=str(run.pk)).count() == 1
+    )
+    # The confirmed replay has not settled: not even a new request for a second admin.
+    again = admin.post(
+        f"/api/v1/runs/{run.pk}/replay", {"force": True, "reason": "once more"}, format="json"
+    )
+    assert again.status_code == 409
+    assert problem(again)["unsettled_replay"] == confirmed.json()["id"]
+    assert (
+        AuditEvent.objects.filter(verb="force_replay.request", object_id=str(run.pk)).count() == 1
+    )
+    done = second.post(f"/api/v1/force-replay-requests/{request_id}/reject")
+    assert done.status_code == 409

@@ -20,7 +20,7 @@ from rest_framework.test import APIClient  # noqa: E402
 from core import otel  # noqa: E402
 from core.audit import Actor  # noqa: E402
 from core.services import principal_create, tenant_create, tool_create  # noqa: E402
-from runs import dispatch  # noqa: E402
+from runs.engine import dispatch  # noqa: E402
 
 
 def main(downstream: str):

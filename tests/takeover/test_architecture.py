@@ -196,3 +196,57 @@ def test_the_status_scan_sees_each_kind_of_write():
         "    cursor.execute('UPDATE runs_run SET status = %s')\n"
     )
     assert [where for where, _ in status_writes(tree)] == ["sneaky"] * 3
+
+
+# --- the engine's house ------------------------------------------------------------------------
+
+# What the action engine (`runs/engine/`) may import from the rest of `runs`: the moves and
+# the leaves they stand on. Never a person's decisions, replay or proposing: those call the
+# engine, not the other way round.
+ENGINE_MAY_IMPORT = {"runs.moves", "runs.states", "runs.models", "runs.wakeup"}
+ENGINE_NEVER_REACHES = {"runs.decisions", "runs.replay", "runs.propose"}
+
+
+def engine_modules(g) -> set[str]:
+    return {"runs.engine", *g.find_descendants("runs.engine")}
+
+
+def test_the_engine_imports_only_the_moves_and_leaves_of_runs():
+    g = graph()
+    engine = engine_modules(g)
+    outside = {
+        f"{importer} -> {imported}"
+        for importer in engine
+        for imported in g.find_modules_directly_imported_by(importer)
+        if imported.startswith("runs.") and imported not in engine | ENGINE_MAY_IMPORT
+    }
+    assert outside == set()
+
+
+def test_nothing_the_engine_imports_leads_to_decisions_replay_or_proposing():
+    g = graph()
+    chains = [
+        " -> ".join(chain)
+        for importer in sorted(engine_modules(g))
+        for imported in sorted(ENGINE_NEVER_REACHES)
+        if (chain := g.find_shortest_chain(importer=importer, imported=imported))
+    ]
+    assert chains == []
+
+
+# Console URLs are the console's: domain code names a kind and a subject, and the console
+# resolves the link. `takeover/` (the settings' login URLs) wires the layers and may name them.
+# Still reversing one today: the notifications' links, which move with the notifications.
+CONSOLE_URL = re.compile(r"""["']console:""")
+STILL_NAMING_CONSOLE_URLS = {"runs/alerts.py"}
+
+
+def test_no_code_below_the_console_names_a_console_url():
+    naming = {
+        str(path.relative_to(ROOT))
+        for package in PACKAGES
+        if package not in {"console", "takeover"}
+        for path in (ROOT / package).rglob("*.py")
+        if CONSOLE_URL.search(path.read_text())
+    }
+    assert naming == STILL_NAMING_CONSOLE_URLS

@@ -3,7 +3,7 @@ JSON log line, the audit events and the tool's traceparent; and the worker's own
 
 These tests start a worker of their own and stop it when the module ends. The suite's
 session-wide worker, started this early, would keep draining the test database while later
-tests run stacks of their own on it (tests/runs/test_queue_at_scale.py)."""
+tests run stacks of their own on it (tests/runs/engine/test_queue_at_scale.py)."""
 
 import json
 import os
@@ -82,7 +82,7 @@ def test_one_request_id_from_the_web_line_to_the_worker_line_and_the_audit(
     assert line["request_id"] == rid
     assert line["tenant"] == world.tenant.slug
     assert line["run_id"] == run["id"] and line["action_id"] == action["id"]
-    assert line["logger"] == "runs.dispatch" and line["outcome"] == "applied"
+    assert line["logger"] == "runs.engine.dispatch" and line["outcome"] == "applied"
     # The tool call itself (httpx's line) is logged under the same id.
     calls = [r for r in records if r.get("action_id") == action["id"] and r["logger"] == "httpx"]
     assert calls and all(c["request_id"] == rid for c in calls)

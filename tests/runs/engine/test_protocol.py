@@ -80,7 +80,7 @@ def crm():
 def test_foreign_tool_succeeds_and_a_lost_answer_is_reconciled(world, worker, crm):
     from core.services import tool_create
 
-    from ..builders import SETUP
+    from ...builders import SETUP
 
     tool_create(
         tenant=world.tenant, name="set_tier", base_url=crm.url, timeout_seconds=2, actor=SETUP

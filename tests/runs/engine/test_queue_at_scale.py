@@ -12,11 +12,12 @@ from pathlib import Path
 import httpx
 import pytest
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 
 from core.models import Role
 from core.services import operator_create, principal_create, tenant_create, tool_create
-from runs import dispatch, services
+from runs import propose, runtime
+from runs.engine import dispatch, leases
 from runs.models import Action
 from takeover import loadgen
 from tests.builders import SETUP
@@ -73,7 +74,7 @@ def test_chaos_killed_workers_and_a_database_restart_lose_and_repeat_nothing(liv
         stats = httpx.get(f"{stack.downstream_url}/_control/stats", timeout=30).json()
     finally:
         stack.stop()
-        connection.close()  # ours broke in the restart
+        connections.close_all()  # ours broke in the restart, on every alias (owner too)
     table = loadgen.invariants(tenant, stats)
     assert result.proposed == 300
     assert result.kills >= 2, "workers were hardly killed: the test proved little"
@@ -282,9 +283,9 @@ def test_a_burst_of_one_tenant_does_not_starve_another(live_db, downstream):
     with transaction.atomic():
         expected_b = None
         for principal, tool, count in proposals:
-            run = services.run_start(principal=principal, trigger="api", config={}, actor=SETUP)
+            run = runtime.run_start(principal=principal, trigger="api", config={}, actor=SETUP)
             for i in range(count):
-                action, _, _ = services.action_propose(
+                action, _, _ = propose.action_propose(
                     run=run,
                     tool=tool,
                     target=f"t{i}",
@@ -302,7 +303,7 @@ def test_a_burst_of_one_tenant_does_not_starve_another(live_db, downstream):
             .distinct()
             .count()
         )
-        claimed = dispatch.lease_queued(8 + others)
+        claimed = leases.lease_queued(8 + others)
         claimed_ids = {action.pk for action, _ in claimed}
         from_a = sum(1 for action, _ in claimed if action.tenant_id == a.pk)
         transaction.set_rollback(True)

@@ -1,0 +1,197 @@
+"""The database is the queue: a worker leases due rows with `FOR UPDATE SKIP LOCKED`
+(queued actions to dispatch, unknown ones due a read), and the sweeper takes back the
+leases of a worker that died (`expire_leases`: dispatching → unknown, to reconcile, never
+queued again). A lease lasts as long as the worst case may take (`lease_for`)."""
+
+import uuid
+from collections import defaultdict
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from approvals.services import approval_consume
+from core import metrics, rows
+from core.audit import DISPATCHER, SWEEPER, Actor, request_id_var
+
+from ..models import Action, Attempt
+from ..moves import action_move, actions_move_batch
+from ..states import ActionState, AttemptOutcome
+
+
+def lease_for(tool) -> timedelta:
+    """Worst case for one dispatch: every attempt times out, plus retry delays, plus grace."""
+    attempts = settings.SAFE_RETRY_LIMIT + 1
+    seconds = (
+        tool.timeout_seconds * attempts
+        + settings.SAFE_RETRY_DELAY_SECONDS * settings.SAFE_RETRY_LIMIT
+        + settings.DISPATCH_LEASE_GRACE_SECONDS
+    )
+    return timedelta(seconds=seconds)
+
+
+def resend_lease_for(tool) -> timedelta:
+    """A resend is one attempt (no safe retry inside it), plus grace."""
+    return timedelta(seconds=tool.timeout_seconds + settings.DISPATCH_LEASE_GRACE_SECONDS)
+
+
+# The oldest due rows of every tenant, interleaved: each tenant's first row, then each
+# tenant's second, ... so that one tenant's burst of 10,000 cannot starve another's single
+# action. Each LATERAL probe reads the partial index of exactly this predicate
+# (`action_queued` / `action_reconcile_due`); SKIP LOCKED lets any number of workers claim at
+# once, none waiting and none taking a row twice. Quirk: every tenant is probed, which is
+# cheap for hundreds of tenants; at many thousands, keep a table of tenants with work.
+FAIR_LEASE = """
+SELECT picked.id FROM core_tenant t
+CROSS JOIN LATERAL (
+    SELECT a.id, a.{order} AS due FROM runs_action a
+    WHERE a.tenant_id = t.id AND a.state = %(state)s {due}
+    ORDER BY a.{order}
+    LIMIT %(limit)s
+    FOR UPDATE OF a SKIP LOCKED
+) picked
+ORDER BY row_number() OVER (PARTITION BY t.id ORDER BY picked.due), picked.due
+LIMIT %(limit)s
+"""
+LEASE_BY_ID = """
+SELECT a.id FROM runs_action a
+WHERE a.id = ANY(%(only)s) AND a.state = %(state)s {due}
+FOR UPDATE SKIP LOCKED
+"""
+
+
+def _lock_due(state: str, limit: int, only=None, now=None) -> list:
+    """Lock up to `limit` due rows in `state` (inside the caller's transaction)."""
+    due, order = "", "created_at"
+    if state == ActionState.UNKNOWN:
+        due, order = "AND a.next_reconcile_at <= %(now)s", "next_reconcile_at"
+    params = {"state": state, "limit": limit, "now": now}
+    if only is not None:
+        sql = LEASE_BY_ID.format(due=due)
+        params["only"] = [uuid.UUID(str(i)) for i in only]
+    else:
+        sql = FAIR_LEASE.format(order=order, due=due)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [row[0] for row in cursor.fetchall()]
+
+
+def lease_queued(limit: int, *, only=None, actor: Actor = DISPATCHER) -> list[tuple]:
+    """queued → dispatching for up to `limit` actions, in ONE transaction: their approvals
+    consumed, leases set, first attempts opened, audited. (A runtime claims a run and an
+    operator claims an action; a worker leases.) Committed before any byte goes out
+    (invariant 1). An action whose approval is no longer valid is blocked instead, never
+    dispatched. Returns [(action, attempt)], oldest first.
+    """
+    with transaction.atomic():
+        ids = _lock_due(ActionState.QUEUED, limit, only)
+        if not ids:
+            return []
+        actions = sorted(
+            Action.objects.select_related("tool", "principal", "tenant").filter(pk__in=ids),
+            key=lambda a: (a.created_at, str(a.pk)),
+        )
+        ready, blocked = [], defaultdict(list)
+        for action in actions:
+            if action.approval_id is not None:
+                reason = approval_consume(
+                    action.approval_id,
+                    action_id=action.pk,
+                    actor=actor,
+                    principal=action.principal,
+                    tool=action.tool,
+                    target=action.target,
+                    desired_state=action.desired_state,
+                    expected_version=action.expected_version,
+                )
+                if reason is not None:
+                    blocked[reason].append(action)
+                    continue
+            ready.append(action)
+        for reason, group in blocked.items():
+            actions_move_batch(group, ActionState.BLOCKED, actor=actor, block_reason=reason)
+        now = timezone.now()
+        by_lease = defaultdict(list)
+        for action in ready:
+            by_lease[lease_for(action.tool)].append(action)
+        moved = []
+        for lease, group in by_lease.items():
+            moved += actions_move_batch(
+                group, ActionState.DISPATCHING, actor=actor, lease_expires_at=now + lease
+            )
+        # Rows are locked by us, so every ready action moved; sorted back to oldest first.
+        moved.sort(key=lambda a: (a.created_at, str(a.pk)))
+        attempts = rows.insert_many(
+            Attempt, [Attempt(action=a, number=1, started_at=now) for a in moved]
+        )
+    return list(zip(moved, attempts, strict=True))
+
+
+def action_lease(action_id, *, actor: Actor = DISPATCHER) -> tuple[Action, Attempt] | None:
+    """Lease one queued action by id (an operator tool, and the tests); None if it is not
+    queued or another worker holds it."""
+    claimed = lease_queued(1, only=[action_id], actor=actor)
+    return claimed[0] if claimed else None
+
+
+def lease_unknown(limit: int, *, only=None) -> list:
+    """Lease up to `limit` due unknowns for reading: `next_reconcile_at` is pushed past the
+    longest the reads can take, in the claim's own transaction, so no second worker reads
+    the same action meanwhile (invariant 6). Returns their ids."""
+    now = timezone.now()
+    with transaction.atomic():
+        ids = _lock_due(ActionState.UNKNOWN, limit, only, now=now)
+        if not ids:
+            return []
+        with connection.cursor() as cursor:
+            cursor.execute(
+                # A lookup tool is also asked once for its own record of the key.
+                "UPDATE runs_action a SET next_reconcile_at = %s + make_interval("
+                "secs => %s + t.timeout_seconds * (%s + t.lookup::int)) FROM core_tool t "
+                "WHERE a.id = ANY(%s) AND t.id = a.tool_id",
+                [
+                    now,
+                    settings.RECONCILE_LEASE_GRACE_SECONDS
+                    + settings.RECONCILE_READ_INTERVAL_SECONDS * settings.RECONCILE_READ_ATTEMPTS,
+                    settings.RECONCILE_READ_ATTEMPTS,
+                    ids,
+                ],
+            )
+    return ids
+
+
+def expire_leases(*, actor: Actor = SWEEPER, limit: int = 500) -> list:
+    """dispatching past its lease → unknown (worker killed, machine lost), to reconcile."""
+    now = timezone.now()
+    moved = []
+    ids = Action.objects.filter(
+        state=ActionState.DISPATCHING, lease_expires_at__lt=now
+    ).values_list("pk", flat=True)[:limit]
+    for action_id in ids:
+        with transaction.atomic():
+            action = (
+                Action.objects.select_for_update(no_key=True, skip_locked=True)
+                .filter(pk=action_id, state=ActionState.DISPATCHING, lease_expires_at__lt=now)
+                .first()
+            )
+            if action is None:
+                continue
+            request_id_var.set(action.request_id or "")
+            Attempt.objects.filter(action=action, finished_at__isnull=True).update(
+                finished_at=now,
+                outcome=AttemptOutcome.UNKNOWN,
+                detail="dispatch lease expired with no answer recorded (worker lost?)",
+            )
+            action_move(
+                action,
+                ActionState.UNKNOWN,
+                actor=actor,
+                reason="dispatch lease expired: the worker died or hung; the call may have "
+                "reached the tool",
+                lease_expires_at=None,
+                next_reconcile_at=now,
+            )
+            moved.append(action.pk)
+    metrics.record_lease_expiry(len(moved))
+    return moved

@@ -1,0 +1,126 @@
+"""How a woken worker works: `drain` leases due rows in batches and works them on the
+process's thread pool (`DispatchPool`): dispatches, reconciliation reads and notification
+deliveries. The Celery tasks `runs.drain` and `runs.sweep` call it (`runs/tasks.py`)."""
+
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from django.conf import settings
+from django.db import connection
+
+from core import notifications
+
+from ..wakeup import wake_workers, wakeup_taken
+from .dispatch import dispatch_leased
+from .leases import lease_queued, lease_unknown
+from .reconcile import reconcile_leased
+
+logger = logging.getLogger(__name__)
+
+
+class DispatchPool:
+    """Per worker process: `DISPATCH_CONCURRENCY` threads for tool calls and reads, and as
+    many permits. A drainer claims only as many rows as it holds permits, so a claimed
+    action's call starts at once: its lease never runs down while it waits in a queue."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.permits = threading.Semaphore(size)
+        self.executor = ThreadPoolExecutor(size, thread_name_prefix="dispatch")
+
+    def acquire(self, want: int, timeout: float, linger: float = 0.0) -> int:
+        """Block for one permit, then take up to `want`. Under load permits come back one
+        at a time; waiting up to `linger` for more lets one claim transaction carry several
+        rows instead of one each (measured: ~1 write transaction per effect saved)."""
+        if not self.permits.acquire(timeout=timeout):
+            return 0
+        held = 1
+        deadline = time.monotonic() + linger
+        while held < want:
+            if self.permits.acquire(blocking=False):
+                held += 1
+            elif held >= want // 2 or (left := deadline - time.monotonic()) <= 0:
+                break
+            elif self.permits.acquire(timeout=left):
+                held += 1
+        return held
+
+    def release(self, count: int) -> None:
+        for _ in range(count):
+            self.permits.release()
+
+    def submit(self, fn, *args) -> None:
+        self.executor.submit(self._run, fn, *args)
+
+    def _run(self, fn, *args) -> None:
+        try:
+            fn(*args)
+        except Exception:
+            # A dispatch cut short (database gone, say) leaves its action `dispatching`
+            # under a lease; the sweeper moves it to unknown and it is reconciled. Never
+            # retried here: we cannot know whether the request left.
+            logger.exception("dispatch job %s failed", getattr(fn, "__name__", fn))
+            if connection.connection is not None:
+                connection.close()  # a broken connection must not poison the next job
+        finally:
+            self.permits.release()
+
+    def shutdown(self) -> None:
+        self.executor.shutdown(wait=True)
+
+
+_pool: DispatchPool | None = None
+_pool_lock = threading.Lock()
+
+
+def dispatch_pool() -> DispatchPool:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = DispatchPool(settings.DISPATCH_CONCURRENCY)
+        return _pool
+
+
+def drain(*, max_seconds: float | None = None) -> int:
+    """Claim and work due rows until none are left (or time is up); returns how many.
+
+    Dispatches, reconciliation reads and notification deliveries run on the process's pool;
+    this loop only claims.
+    When a claim comes back full there may be more work than this process can take, so one
+    more wake-up goes out (deduplicated) for a peer. Out of time with work left, it hands
+    over to a fresh wake-up rather than holding a worker slot for ever.
+    """
+    wakeup_taken()
+    pool = dispatch_pool()
+    batch = settings.CLAIM_BATCH_SIZE
+    deadline = time.monotonic() + (max_seconds or settings.DRAIN_MAX_SECONDS)
+    worked = 0
+    while time.monotonic() < deadline:
+        held = pool.acquire(batch, timeout=1.0, linger=settings.CLAIM_LINGER_SECONDS)
+        if not held:
+            continue
+        try:
+            claimed = lease_queued(held)
+            due = lease_unknown(held - len(claimed)) if len(claimed) < held else []
+            # Notification deliveries take what the engine's own work left of the permits.
+            sends = notifications.claim_deliveries(held - len(claimed) - len(due))
+        except BaseException:
+            pool.release(held)
+            raise
+        pool.release(held - len(claimed) - len(due) - len(sends))
+        for action, attempt in claimed:
+            pool.submit(dispatch_leased, action, attempt)
+        for action_id in due:
+            pool.submit(reconcile_leased, action_id)
+        for delivery_id in sends:
+            pool.submit(notifications.deliver_claimed, delivery_id)
+        got = len(claimed) + len(due) + len(sends)
+        worked += got
+        if not got:
+            return worked
+        if got == batch:
+            wake_workers()
+    wake_workers(force=True)
+    return worked

@@ -1,0 +1,471 @@
+"""A proposal under its idempotency key (docs/design.md, "The effect ledger"). Three ways in:
+
+- a `read_only` tool's action takes no ledger key space and needs no approval
+  (`_read_action_create`);
+- the common one, straight to the queue, is ONE statement: the key's reservation, the
+  action and both audit events (`_propose_queued`);
+- one that presents an approval or needs one is a transaction (`_create_action`).
+
+All three build the action with `_new_action`. A key already live is a ledger hit (the same
+intent: the existing action, nothing sent) or an idempotency conflict (a different intent:
+refused, and recorded for operators).
+"""
+
+import uuid
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from approvals.models import Approval
+from approvals.services import approval_problem, approval_request_open
+from core import rows
+from core.audit import Actor, Verb, audit, audit_fields, request_id_var
+from core.canonical import canonical_json, fingerprint
+from core.errors import IdempotencyConflict, RunNotRunning
+from core.models import AuditEvent, ToolEffect
+from ledger.models import LedgerStatus
+from ledger.services import (
+    RESERVE,
+    ledger_live_entry,
+    ledger_reserve,
+    ledger_reserve_audit,
+    ledger_reserve_statement,
+    ledger_set_status,
+)
+
+from . import alerts
+from .models import Action, Run
+from .moves import enqueue_dispatch
+from .states import ActionState, RunStatus
+
+
+def intent_fingerprint(*, principal, tool, target, desired_state, expected_version) -> str:
+    fields = tool.identity_fields or sorted(desired_state)
+    identity = {k: desired_state[k] for k in fields if k in desired_state}
+    return fingerprint(
+        {
+            "principal": principal.name,
+            "tool": tool.name,
+            "target": target,
+            "identity": identity,
+            "expected_version": expected_version,
+        }
+    )
+
+
+def action_propose(**kwargs) -> tuple[Action, bool, bool]:
+    """`_action_propose`, and a refused proposal (422 idempotency-conflict) recorded: every
+    conflict is kept and listed for operators, with both intents side by side."""
+    try:
+        return _action_propose(**kwargs)
+    except IdempotencyConflict:
+        idempotency_conflict_record(
+            run=kwargs["run"],
+            tool=kwargs["tool"],
+            target=kwargs["target"],
+            desired_state=kwargs["desired_state"],
+            expected_version=kwargs["expected_version"],
+            key=kwargs["idempotency_key"],
+            actor=kwargs["actor"],
+        )
+        raise
+
+
+def idempotency_conflict_record(
+    *, run, tool, target, desired_state, expected_version, key, actor: Actor
+):
+    """Record one refused proposal and audit it, in its own transaction (the proposal's
+    own work, if any, was rolled back by the refusal)."""
+    from .models import IdempotencyConflict as Conflict
+
+    entry = ledger_live_entry(run.tenant, key)
+    with transaction.atomic():
+        conflict = Conflict.objects.create(
+            tenant=run.tenant,
+            principal=run.principal,
+            key=key,
+            existing_action_id=entry.action_id if entry else None,
+            attempted={
+                "run": str(run.pk),
+                "tool": tool.name,
+                "target": target,
+                "desired_state": desired_state,
+                "expected_version": expected_version,
+            },
+            request_id=request_id_var.get(),
+            at=timezone.now(),
+        )
+        audit(
+            actor=actor,
+            verb=Verb.IDEMPOTENCY_CONFLICT,
+            obj=conflict,
+            tenant=run.tenant,
+            after={"key": key, "existing_action": str(conflict.existing_action_id)},
+        )
+    return conflict
+
+
+def _action_propose(
+    *,
+    run: Run,
+    tool,
+    target: str,
+    desired_state: dict,
+    expected_version: int | None,
+    idempotency_key: str,
+    approval_id=None,
+    reason: str = "",
+    actor: Actor,
+    known=None,
+) -> tuple[Action, bool, bool]:
+    """Record a proposed side effect under its idempotency key.
+
+    `reason` is the agent's own words, kept for approvers; it is not part of the intent
+    fingerprint, and a ledger hit keeps the first proposal's reason.
+
+    Returns (action, created, content_changed). A ledger hit with the same intent returns
+    the existing action and dispatches nothing; a different intent raises
+    IdempotencyConflict and creates nothing. `known` is what `selectors.propose_lookup`
+    already read for this key (the API passes it, so that a hit costs one read); without
+    it the live entry is read here.
+    """
+    if run.status != RunStatus.RUNNING:
+        raise RunNotRunning(f"This run is {run.status}; only a running run may propose.")
+    principal = run.principal
+    tenant = run.tenant
+    intent = {
+        "principal": principal,
+        "tool": tool,
+        "target": target,
+        "desired_state": desired_state,
+        "expected_version": expected_version,
+    }
+    intent_fp = intent_fingerprint(**intent)
+    if tool.effect == ToolEffect.READ_ONLY:
+        return (
+            _read_action_create(
+                run=run,
+                fingerprint=intent_fp,
+                key=idempotency_key,
+                approval_id=approval_id,
+                reason=reason,
+                actor=actor,
+                **intent,
+            ),
+            True,
+            False,
+        )
+    if known is not None and known.action is not None:
+        return _ledger_hit(known.fingerprint, known.action, intent_fp, desired_state)
+    if known is None and (entry := ledger_live_entry(tenant, idempotency_key)) is not None:
+        return _ledger_hit(entry.fingerprint, _action_of(entry), intent_fp, desired_state)
+    action_id = uuid.uuid4()
+    if approval_id is None and not tool.requires_approval:
+        action = _propose_queued(
+            action_id,
+            run=run,
+            key=idempotency_key,
+            fingerprint=intent_fp,
+            reason=reason,
+            actor=actor,
+            **intent,
+        )
+        if action is None:
+            return _winners_hit(tenant, idempotency_key, intent_fp, desired_state)
+        return action, True, False
+    with transaction.atomic():
+        entry = ledger_reserve(
+            tenant=tenant,
+            key=idempotency_key,
+            fingerprint=intent_fp,
+            tool=tool.name,
+            action_id=action_id,
+            actor=actor,
+            audit_later=True,
+        )
+        if entry is None:
+            return _winners_hit(tenant, idempotency_key, intent_fp, desired_state)
+        action = _create_action(
+            action_id,
+            run=run,
+            entry=entry,
+            approval_id=approval_id,
+            reason=reason,
+            actor=actor,
+            **intent,
+        )
+    return action, True, False
+
+
+PROPOSE_QUEUED = f"""
+WITH entry AS ({RESERVE.strip()}),
+action AS (
+    INSERT INTO runs_action
+    SELECT r.* FROM entry, jsonb_populate_record(NULL::runs_action, %(action_row)s) r
+),
+events AS (
+    INSERT INTO core_auditevent
+    SELECT r.* FROM entry, jsonb_populate_record(
+        NULL::core_auditevent,
+        -- the generation is the statement's to count (past revoked entries of the key)
+        jsonb_set(%(reserved_row)s, '{{after,generation}}', to_jsonb(entry.generation))
+    ) r
+    UNION ALL
+    SELECT r.* FROM entry, jsonb_populate_record(NULL::core_auditevent, %(proposed_row)s) r
+)
+SELECT generation FROM entry
+"""  # noqa: S608 -- RESERVE is a constant, not input
+
+
+def _propose_queued(
+    action_id, *, run, key, fingerprint, reason, actor: Actor, **binding
+) -> Action | None:
+    """The common proposal, one that goes straight to the queue (no approval presented, none
+    required), written in ONE statement in autocommit: the key's ledger reservation, the
+    action and both audit events, instead of a transaction of five round trips. The same
+    rows as `_create_action` writes; the statement is the transaction, so it is all or
+    nothing. None when the key is already live (the reservation inserted nothing, and so
+    did the rest of the statement)."""
+    entry, params = ledger_reserve_statement(
+        tenant=run.tenant,
+        key=key,
+        fingerprint=fingerprint,
+        tool=binding["tool"].name,
+        action_id=action_id,
+    )
+    action = _new_action(
+        action_id,
+        run=run,
+        key=entry.key,
+        fingerprint=entry.fingerprint,
+        entry=entry,
+        state=ActionState.QUEUED,
+        approval_id=None,
+        reason=reason,
+        **binding,
+    )
+    reserved, proposed = _proposal_events(entry, action, actor=actor)
+    params["action_row"] = rows.record(action)
+    params["reserved_row"], params["proposed_row"] = rows.record(reserved), rows.record(proposed)
+    with connection.cursor() as cursor:
+        cursor.execute(PROPOSE_QUEUED, params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    entry.generation = row[0]
+    for obj in (entry, action):
+        obj._state.adding, obj._state.db = False, connection.alias
+    action.ledger_entry = entry
+    enqueue_dispatch()
+    return action
+
+
+def _read_action_create(
+    *,
+    run,
+    principal,
+    tool,
+    target,
+    desired_state,
+    expected_version,
+    fingerprint,
+    key: str | None,
+    approval_id,
+    reason: str,
+    actor: Actor,
+) -> Action:
+    """A read_only tool's action (issue 13): no approval and no ledger key space.
+
+    A read has no side effect, so there is nothing to approve and nothing to apply at most
+    once: no ledger entry is reserved, the key (when the runtime sends one) neither collides
+    with a side effect's key nor makes a repeat a ledger hit (each proposal is a new read),
+    and without one the action is keyed `read:<action id>`, which the tool receives as its
+    Idempotency-Key. An `approval_id` the runtime presents anyway is still checked, and
+    consumed at claim, as for any action.
+    """
+    binding = {
+        "principal": principal,
+        "tool": tool,
+        "target": target,
+        "desired_state": desired_state,
+        "expected_version": expected_version,
+    }
+    action_id = uuid.uuid4()
+    state, block_reason = ActionState.QUEUED, ""
+    if approval_id is not None:
+        approval = Approval.objects.filter(pk=approval_id, tenant=run.tenant).first()
+        if problem := approval_problem(approval, **binding):
+            state, block_reason = ActionState.BLOCKED, problem
+    with transaction.atomic():
+        action = _new_action(
+            action_id,
+            run=run,
+            key=key or f"read:{action_id}",
+            fingerprint=fingerprint,
+            entry=None,
+            state=state,
+            block_reason=block_reason,
+            approval_id=approval_id,
+            reason=reason,
+            **binding,
+        )
+        action.save(force_insert=True)
+        audit(
+            actor=actor,
+            verb=Verb.ACTION_PROPOSE,
+            obj=action,
+            reason=reason,
+            after={
+                "state": state,
+                "block_reason": block_reason or None,
+                "idempotency_key": action.idempotency_key,
+                "approval_id": str(approval_id) if approval_id else None,
+                "effect": ToolEffect.READ_ONLY,
+                "ledger": None,
+                "declaration": tool.declaration,
+            },
+        )
+        if state == ActionState.QUEUED:
+            enqueue_dispatch()
+    return action
+
+
+def _action_of(entry) -> Action:
+    return Action.objects.select_related("tool", "principal").get(pk=entry.action_id)
+
+
+def _winners_hit(tenant, key: str, intent_fp: str, desired_state: dict):
+    """Lost the race for a new key: the winner's entry is committed and live now."""
+    winner = ledger_live_entry(tenant, key)
+    return _ledger_hit(winner.fingerprint, _action_of(winner), intent_fp, desired_state)
+
+
+def _ledger_hit(fingerprint, existing: Action, intent_fp: str, desired_state: dict):
+    if fingerprint != intent_fp:
+        raise IdempotencyConflict(
+            "This Idempotency-Key was already used for a different intent "
+            "(principal, tool, target, identity fields or expected_version differ). "
+            "Nothing was created or dispatched."
+        )
+    changed = canonical_json(existing.desired_state) != canonical_json(desired_state)
+    return existing, False, changed
+
+
+def _new_action(
+    action_id,
+    *,
+    run,
+    key,
+    fingerprint,
+    entry,
+    state,
+    approval_id,
+    reason,
+    principal,
+    tool,
+    target,
+    desired_state,
+    expected_version,
+    block_reason="",
+) -> Action:
+    """The proposal's action, unsaved (`entry`: its ledger entry; None for a read)."""
+    return Action(
+        id=action_id,
+        tenant=run.tenant,
+        run=run,
+        idempotency_key=key,
+        fingerprint=fingerprint,
+        ledger_entry=entry,
+        effect=tool.effect,
+        state=state,
+        block_reason=block_reason,
+        approval_id=approval_id,
+        enqueued_at=timezone.now() if state == ActionState.QUEUED else None,
+        request_id=request_id_var.get(),
+        reason=reason,
+        principal=principal,
+        tool=tool,
+        target=target,
+        desired_state=desired_state,
+        expected_version=expected_version,
+    )
+
+
+def _proposal_events(entry, action: Action, *, actor: Actor) -> list[AuditEvent]:
+    """The ledger's reservation and the proposal, audited (unsaved)."""
+    return [
+        AuditEvent(**audit_fields(**ledger_reserve_audit(entry, actor=actor))),
+        AuditEvent(
+            **audit_fields(
+                actor=actor,
+                verb=Verb.ACTION_PROPOSE,
+                obj=action,
+                reason=action.reason,
+                after={
+                    "state": action.state,
+                    "block_reason": action.block_reason or None,
+                    "idempotency_key": entry.key,
+                    "approval_id": str(action.approval_id) if action.approval_id else None,
+                },
+            )
+        ),
+    ]
+
+
+def _create_action(
+    action_id,
+    *,
+    run,
+    entry,
+    principal,
+    tool,
+    target,
+    desired_state,
+    expected_version,
+    approval_id,
+    reason="",
+    actor: Actor,
+) -> Action:
+    """A proposal that presents an approval or needs one, inside the caller's transaction
+    (the common one, straight to the queue, is `_propose_queued`)."""
+    binding = {
+        "principal": principal,
+        "tool": tool,
+        "target": target,
+        "desired_state": desired_state,
+        "expected_version": expected_version,
+    }
+    state, block_reason = ActionState.QUEUED, ""
+    if approval_id is not None:
+        approval = Approval.objects.filter(pk=approval_id, tenant=run.tenant).first()
+        if problem := approval_problem(approval, **binding):
+            state, block_reason = ActionState.BLOCKED, problem
+    elif tool.requires_approval:
+        state = ActionState.AWAITING_APPROVAL
+    action = _new_action(
+        action_id,
+        run=run,
+        key=entry.key,
+        fingerprint=entry.fingerprint,
+        entry=entry,
+        state=state,
+        block_reason=block_reason,
+        approval_id=approval_id,
+        reason=reason,
+        **binding,
+    )
+    action.save(force_insert=True)
+    if state == ActionState.AWAITING_APPROVAL:
+        request = approval_request_open(
+            tenant=run.tenant, action_id=action.id, actor=actor, **binding
+        )
+        action.approval_request = request
+        action.save(update_fields=["approval_request"])
+        alerts.notify_approval_requested(request, action)
+    # The ledger's reservation and the proposal, audited in one INSERT.
+    rows.insert_many(AuditEvent, _proposal_events(entry, action, actor=actor))
+    if state == ActionState.BLOCKED:
+        ledger_set_status(entry.pk, LedgerStatus.VOID, source=LedgerStatus.RESERVED)
+    if state == ActionState.QUEUED:
+        enqueue_dispatch()
+    return action
