@@ -60,7 +60,7 @@ OPERATIONS = [
 class Api(SyncBase):
     """Every operation of the schema, synchronous; results are `models` dataclasses."""
 
-    def actions_acknowledge(self, id: str, *, note: str = UNSET) -> models.ActionOut:
+    def actions_acknowledge(self, id: str, *, note: str | None = UNSET) -> models.ActionOut:
         """POST /api/v1/actions/{id}/acknowledge: Acknowledge a blocked action (on-call): it
         leaves the queue, stays findable. 409 `state-conflict` unless it is blocked and not
         yet acknowledged."""
@@ -78,10 +78,10 @@ class Api(SyncBase):
         self,
         id: str,
         *,
+        idempotency_key: str,
         tool: str,
         target: str,
-        desired_state: Any,
-        idempotency_key: str = UNSET,
+        desired_state: dict[str, Any],
         expected_version: int | None = UNSET,
         approval_id: str | None = UNSET,
         reason: str | None = UNSET,
@@ -159,7 +159,9 @@ class Api(SyncBase):
             returns={200: models.ApprovalRequestOut},
         )
 
-    def approval_requests_grant(self, id: str, *, ttl_seconds: float = UNSET) -> models.ApprovalOut:
+    def approval_requests_grant(
+        self, id: str, *, ttl_seconds: float | None = UNSET
+    ) -> models.ApprovalOut:
         """POST /api/v1/approval-requests/{id}/grant"""
         return self._call(
             "POST",
@@ -172,7 +174,10 @@ class Api(SyncBase):
         )
 
     def approval_requests_list(
-        self, *, cursor: str = UNSET, state: str = UNSET
+        self,
+        *,
+        cursor: str = UNSET,
+        state: list[Literal["pending", "granted", "denied", "expired"]] = UNSET,
     ) -> models.ApprovalRequestPage:
         """GET /api/v1/approval-requests"""
         return self._call(
@@ -191,9 +196,9 @@ class Api(SyncBase):
         principal: str,
         tool: str,
         target: str,
-        desired_state: Any,
+        desired_state: dict[str, Any],
         expected_version: int | None = UNSET,
-        ttl_seconds: float = UNSET,
+        ttl_seconds: float | None = UNSET,
     ) -> models.ApprovalOut:
         """POST /api/v1/approvals"""
         return self._call(
@@ -263,16 +268,7 @@ class Api(SyncBase):
             returns={200: models.AuditEventPage},
         )
 
-    def bulk_apply(
-        self,
-        *,
-        operation: models.OperationEnum,
-        ids: list[str],
-        signature: str,
-        outcome: models.ResolveOutcomeEnum | None = UNSET,
-        reason: str = UNSET,
-        force: bool = UNSET,
-    ) -> models.BulkResultOut:
+    def bulk_apply(self) -> models.BulkResultOut:
         """POST /api/v1/bulk/apply: Do what the preview with this `signature` said. 409
         `state-conflict` (with the new `plan`) when the plan is not that one any more: nothing
         was done. Each decision is audited by its own service, and the batch as `bulk.apply`."""
@@ -282,26 +278,11 @@ class Api(SyncBase):
             {},
             query={},
             headers={},
-            body={
-                "operation": operation,
-                "ids": ids,
-                "outcome": outcome,
-                "reason": reason,
-                "force": force,
-                "signature": signature,
-            },
+            body=None,
             returns={200: models.BulkResultOut},
         )
 
-    def bulk_preview(
-        self,
-        *,
-        operation: models.OperationEnum,
-        ids: list[str],
-        outcome: models.ResolveOutcomeEnum | None = UNSET,
-        reason: str = UNSET,
-        force: bool = UNSET,
-    ) -> models.BulkPlanOut:
+    def bulk_preview(self) -> models.BulkPlanOut:
         """POST /api/v1/bulk/preview: What resolving or re-checking these actions, or replaying
         these runs, would do, item by item, without doing any of it. Items the caller cannot
         see, or may not act on, are in the plan with `will: skip` and the reason."""
@@ -311,13 +292,7 @@ class Api(SyncBase):
             {},
             query={},
             headers={},
-            body={
-                "operation": operation,
-                "ids": ids,
-                "outcome": outcome,
-                "reason": reason,
-                "force": force,
-            },
+            body=None,
             returns={200: models.BulkPlanOut},
         )
 
@@ -335,7 +310,10 @@ class Api(SyncBase):
         )
 
     def force_replay_requests_list(
-        self, *, cursor: str = UNSET, state: str = UNSET
+        self,
+        *,
+        cursor: str = UNSET,
+        state: list[Literal["pending", "confirmed", "rejected"]] = UNSET,
     ) -> models.ForceReplayRequestPage:
         """GET /api/v1/force-replay-requests: Four-eyes force replays, newest first;
         `?state=pending` for those waiting. Admin."""
@@ -350,7 +328,7 @@ class Api(SyncBase):
         )
 
     def force_replay_requests_reject(
-        self, id: str, *, reason: str = UNSET
+        self, id: str, *, reason: str | None = UNSET
     ) -> models.ForceReplayRequestOut:
         """POST /api/v1/force-replay-requests/{id}/reject"""
         return self._call(
@@ -431,8 +409,8 @@ class Api(SyncBase):
         *,
         cursor: str = UNSET,
         order: Literal["oldest"] = UNSET,
-        state: str = UNSET,
-        tool: str = UNSET,
+        state: list[Literal["unknown", "needs_human", "blocked", "awaiting_approval"]] = UNSET,
+        tool: list[str] = UNSET,
     ) -> models.ActionPage:
         """GET /api/v1/queue"""
         return self._call(
@@ -474,7 +452,7 @@ class Api(SyncBase):
         id: str,
         *,
         status: models.RunFinishInStatusEnum,
-        error_message: str = UNSET,
+        error_message: str | None = UNSET,
         tools_called: list[str] | None = UNSET,
     ) -> models.RunDetailOut:
         """POST /api/v1/runs/{id}/finish"""
@@ -500,7 +478,12 @@ class Api(SyncBase):
             returns={200: models.RunOut},
         )
 
-    def runs_list(self, *, cursor: str = UNSET, status: str = UNSET) -> models.RunPage:
+    def runs_list(
+        self,
+        *,
+        cursor: str = UNSET,
+        status: list[Literal["pending", "running", "success", "error", "cancelled"]] = UNSET,
+    ) -> models.RunPage:
         """GET /api/v1/runs"""
         return self._call(
             "GET",
@@ -513,7 +496,7 @@ class Api(SyncBase):
         )
 
     def runs_replay(
-        self, id: str, *, force: bool = UNSET, reason: str = UNSET
+        self, id: str, *, force: bool | None = UNSET, reason: str | None = UNSET
     ) -> models.RunDetailOut | models.ForceReplayRequestOut:
         """POST /api/v1/runs/{id}/replay"""
         return self._call(
@@ -542,8 +525,8 @@ class Api(SyncBase):
         self,
         *,
         trigger: models.TriggerEnum,
-        config: Any = UNSET,
-        session_id: str = UNSET,
+        config: dict[str, Any] | None = UNSET,
+        session_id: str | None = UNSET,
         input_file: bytes | tuple[str, bytes] = UNSET,
     ) -> models.RunDetailOut:
         """POST /api/v1/runs"""
@@ -575,10 +558,10 @@ class Api(SyncBase):
     def settings_update(
         self,
         *,
-        four_eyes_force_replay: bool = UNSET,
-        approval_sla_seconds: int = UNSET,
-        unknown_alert_seconds: int = UNSET,
-        approval_expiry_warning_seconds: int = UNSET,
+        four_eyes_force_replay: bool | None = UNSET,
+        approval_sla_seconds: int | None = UNSET,
+        unknown_alert_seconds: int | None = UNSET,
+        approval_expiry_warning_seconds: int | None = UNSET,
     ) -> models.TenantSettingsOut:
         """POST /api/v1/settings: The tenant's settings (admin): `four_eyes_force_replay`,
         `approval_sla_seconds`, and the notification thresholds. A POST changes the fields it
@@ -601,9 +584,9 @@ class Api(SyncBase):
     def tokens_create(
         self,
         *,
-        principal: str = UNSET,
-        operator: str = UNSET,
-        name: str = UNSET,
+        principal: str | None = UNSET,
+        operator: str | None = UNSET,
+        name: str | None = UNSET,
         expires_in_seconds: float | None = UNSET,
     ) -> models.TokenCreatedOut:
         """POST /api/v1/tokens: Tokens. Any operator lists and issues their own (no owner in the
@@ -624,7 +607,9 @@ class Api(SyncBase):
             returns={201: models.TokenCreatedOut},
         )
 
-    def tokens_list(self, *, cursor: str = UNSET, state: str = UNSET) -> models.TokenPage:
+    def tokens_list(
+        self, *, cursor: str = UNSET, state: Literal["active", "expired", "revoked"] = UNSET
+    ) -> models.TokenPage:
         """GET /api/v1/tokens: Tokens. Any operator lists and issues their own (no owner in the
         body); an admin lists the tenant's and issues a principal's. Nobody receives another
         operator's secret."""
@@ -638,7 +623,7 @@ class Api(SyncBase):
             returns={200: models.TokenPage},
         )
 
-    def tokens_revoke(self, id: str, *, reason: str = UNSET) -> models.TokenOut:
+    def tokens_revoke(self, id: str, *, reason: str | None = UNSET) -> models.TokenOut:
         """POST /api/v1/tokens/{id}/revoke"""
         return self._call(
             "POST",
@@ -655,8 +640,8 @@ class Api(SyncBase):
         id: str,
         *,
         expires_in_seconds: float | None = UNSET,
-        overlap_seconds: float = UNSET,
-        reason: str = UNSET,
+        overlap_seconds: float | None = UNSET,
+        reason: str | None = UNSET,
     ) -> models.TokenCreatedOut | models.TokenOut:
         """POST /api/v1/tokens/{id}/rotate: Your own token, or (admin) a principal's: 201 with
         its successor, shown once. (Admin) another operator's token: it is revoked at once and
@@ -681,11 +666,11 @@ class Api(SyncBase):
         *,
         name: str,
         base_url: str,
-        effect: models.EffectEnum = UNSET,
-        lookup: bool = UNSET,
-        requires_approval: bool = UNSET,
-        identity_fields: list[str] = UNSET,
-        timeout_seconds: float = UNSET,
+        effect: models.EffectEnum | None = UNSET,
+        lookup: bool | None = UNSET,
+        requires_approval: bool | None = UNSET,
+        identity_fields: list[str] | None = UNSET,
+        timeout_seconds: float | None = UNSET,
     ) -> models.ToolCreatedOut:
         """POST /api/v1/tools"""
         return self._call(
@@ -707,7 +692,12 @@ class Api(SyncBase):
         )
 
     def tools_declare(
-        self, name: str, *, reason: str, effect: models.EffectEnum = UNSET, lookup: bool = UNSET
+        self,
+        name: str,
+        *,
+        reason: str,
+        effect: models.EffectEnum | None = UNSET,
+        lookup: bool | None = UNSET,
     ) -> models.ToolOut:
         """POST /api/v1/tools/{name}/declaration: Change what a tool declares it is: `effect`
         and/or `lookup`, with a `reason`. Admin."""
@@ -747,7 +737,7 @@ class Api(SyncBase):
         )
 
     def tools_rotate_secret(
-        self, name: str, *, overlap_seconds: float = UNSET, reason: str = UNSET
+        self, name: str, *, overlap_seconds: float | None = UNSET, reason: str | None = UNSET
     ) -> models.ToolCreatedOut:
         """POST /api/v1/tools/{name}/rotate-secret: A new signing secret for the tool (admin,
         audited as `tool.rotate_secret`). With `overlap_seconds`, requests carry a signature
@@ -766,7 +756,7 @@ class Api(SyncBase):
 class AsyncApi(AsyncBase):
     """Every operation of the schema, with `await`; results are `models` dataclasses."""
 
-    async def actions_acknowledge(self, id: str, *, note: str = UNSET) -> models.ActionOut:
+    async def actions_acknowledge(self, id: str, *, note: str | None = UNSET) -> models.ActionOut:
         """POST /api/v1/actions/{id}/acknowledge: Acknowledge a blocked action (on-call): it
         leaves the queue, stays findable. 409 `state-conflict` unless it is blocked and not
         yet acknowledged."""
@@ -784,10 +774,10 @@ class AsyncApi(AsyncBase):
         self,
         id: str,
         *,
+        idempotency_key: str,
         tool: str,
         target: str,
-        desired_state: Any,
-        idempotency_key: str = UNSET,
+        desired_state: dict[str, Any],
         expected_version: int | None = UNSET,
         approval_id: str | None = UNSET,
         reason: str | None = UNSET,
@@ -866,7 +856,7 @@ class AsyncApi(AsyncBase):
         )
 
     async def approval_requests_grant(
-        self, id: str, *, ttl_seconds: float = UNSET
+        self, id: str, *, ttl_seconds: float | None = UNSET
     ) -> models.ApprovalOut:
         """POST /api/v1/approval-requests/{id}/grant"""
         return await self._call(
@@ -880,7 +870,10 @@ class AsyncApi(AsyncBase):
         )
 
     async def approval_requests_list(
-        self, *, cursor: str = UNSET, state: str = UNSET
+        self,
+        *,
+        cursor: str = UNSET,
+        state: list[Literal["pending", "granted", "denied", "expired"]] = UNSET,
     ) -> models.ApprovalRequestPage:
         """GET /api/v1/approval-requests"""
         return await self._call(
@@ -899,9 +892,9 @@ class AsyncApi(AsyncBase):
         principal: str,
         tool: str,
         target: str,
-        desired_state: Any,
+        desired_state: dict[str, Any],
         expected_version: int | None = UNSET,
-        ttl_seconds: float = UNSET,
+        ttl_seconds: float | None = UNSET,
     ) -> models.ApprovalOut:
         """POST /api/v1/approvals"""
         return await self._call(
@@ -971,16 +964,7 @@ class AsyncApi(AsyncBase):
             returns={200: models.AuditEventPage},
         )
 
-    async def bulk_apply(
-        self,
-        *,
-        operation: models.OperationEnum,
-        ids: list[str],
-        signature: str,
-        outcome: models.ResolveOutcomeEnum | None = UNSET,
-        reason: str = UNSET,
-        force: bool = UNSET,
-    ) -> models.BulkResultOut:
+    async def bulk_apply(self) -> models.BulkResultOut:
         """POST /api/v1/bulk/apply: Do what the preview with this `signature` said. 409
         `state-conflict` (with the new `plan`) when the plan is not that one any more: nothing
         was done. Each decision is audited by its own service, and the batch as `bulk.apply`."""
@@ -990,26 +974,11 @@ class AsyncApi(AsyncBase):
             {},
             query={},
             headers={},
-            body={
-                "operation": operation,
-                "ids": ids,
-                "outcome": outcome,
-                "reason": reason,
-                "force": force,
-                "signature": signature,
-            },
+            body=None,
             returns={200: models.BulkResultOut},
         )
 
-    async def bulk_preview(
-        self,
-        *,
-        operation: models.OperationEnum,
-        ids: list[str],
-        outcome: models.ResolveOutcomeEnum | None = UNSET,
-        reason: str = UNSET,
-        force: bool = UNSET,
-    ) -> models.BulkPlanOut:
+    async def bulk_preview(self) -> models.BulkPlanOut:
         """POST /api/v1/bulk/preview: What resolving or re-checking these actions, or replaying
         these runs, would do, item by item, without doing any of it. Items the caller cannot
         see, or may not act on, are in the plan with `will: skip` and the reason."""
@@ -1019,13 +988,7 @@ class AsyncApi(AsyncBase):
             {},
             query={},
             headers={},
-            body={
-                "operation": operation,
-                "ids": ids,
-                "outcome": outcome,
-                "reason": reason,
-                "force": force,
-            },
+            body=None,
             returns={200: models.BulkPlanOut},
         )
 
@@ -1043,7 +1006,10 @@ class AsyncApi(AsyncBase):
         )
 
     async def force_replay_requests_list(
-        self, *, cursor: str = UNSET, state: str = UNSET
+        self,
+        *,
+        cursor: str = UNSET,
+        state: list[Literal["pending", "confirmed", "rejected"]] = UNSET,
     ) -> models.ForceReplayRequestPage:
         """GET /api/v1/force-replay-requests: Four-eyes force replays, newest first;
         `?state=pending` for those waiting. Admin."""
@@ -1058,7 +1024,7 @@ class AsyncApi(AsyncBase):
         )
 
     async def force_replay_requests_reject(
-        self, id: str, *, reason: str = UNSET
+        self, id: str, *, reason: str | None = UNSET
     ) -> models.ForceReplayRequestOut:
         """POST /api/v1/force-replay-requests/{id}/reject"""
         return await self._call(
@@ -1141,8 +1107,8 @@ class AsyncApi(AsyncBase):
         *,
         cursor: str = UNSET,
         order: Literal["oldest"] = UNSET,
-        state: str = UNSET,
-        tool: str = UNSET,
+        state: list[Literal["unknown", "needs_human", "blocked", "awaiting_approval"]] = UNSET,
+        tool: list[str] = UNSET,
     ) -> models.ActionPage:
         """GET /api/v1/queue"""
         return await self._call(
@@ -1184,7 +1150,7 @@ class AsyncApi(AsyncBase):
         id: str,
         *,
         status: models.RunFinishInStatusEnum,
-        error_message: str = UNSET,
+        error_message: str | None = UNSET,
         tools_called: list[str] | None = UNSET,
     ) -> models.RunDetailOut:
         """POST /api/v1/runs/{id}/finish"""
@@ -1210,7 +1176,12 @@ class AsyncApi(AsyncBase):
             returns={200: models.RunOut},
         )
 
-    async def runs_list(self, *, cursor: str = UNSET, status: str = UNSET) -> models.RunPage:
+    async def runs_list(
+        self,
+        *,
+        cursor: str = UNSET,
+        status: list[Literal["pending", "running", "success", "error", "cancelled"]] = UNSET,
+    ) -> models.RunPage:
         """GET /api/v1/runs"""
         return await self._call(
             "GET",
@@ -1223,7 +1194,7 @@ class AsyncApi(AsyncBase):
         )
 
     async def runs_replay(
-        self, id: str, *, force: bool = UNSET, reason: str = UNSET
+        self, id: str, *, force: bool | None = UNSET, reason: str | None = UNSET
     ) -> models.RunDetailOut | models.ForceReplayRequestOut:
         """POST /api/v1/runs/{id}/replay"""
         return await self._call(
@@ -1252,8 +1223,8 @@ class AsyncApi(AsyncBase):
         self,
         *,
         trigger: models.TriggerEnum,
-        config: Any = UNSET,
-        session_id: str = UNSET,
+        config: dict[str, Any] | None = UNSET,
+        session_id: str | None = UNSET,
         input_file: bytes | tuple[str, bytes] = UNSET,
     ) -> models.RunDetailOut:
         """POST /api/v1/runs"""
@@ -1285,10 +1256,10 @@ class AsyncApi(AsyncBase):
     async def settings_update(
         self,
         *,
-        four_eyes_force_replay: bool = UNSET,
-        approval_sla_seconds: int = UNSET,
-        unknown_alert_seconds: int = UNSET,
-        approval_expiry_warning_seconds: int = UNSET,
+        four_eyes_force_replay: bool | None = UNSET,
+        approval_sla_seconds: int | None = UNSET,
+        unknown_alert_seconds: int | None = UNSET,
+        approval_expiry_warning_seconds: int | None = UNSET,
     ) -> models.TenantSettingsOut:
         """POST /api/v1/settings: The tenant's settings (admin): `four_eyes_force_replay`,
         `approval_sla_seconds`, and the notification thresholds. A POST changes the fields it
@@ -1311,9 +1282,9 @@ class AsyncApi(AsyncBase):
     async def tokens_create(
         self,
         *,
-        principal: str = UNSET,
-        operator: str = UNSET,
-        name: str = UNSET,
+        principal: str | None = UNSET,
+        operator: str | None = UNSET,
+        name: str | None = UNSET,
         expires_in_seconds: float | None = UNSET,
     ) -> models.TokenCreatedOut:
         """POST /api/v1/tokens: Tokens. Any operator lists and issues their own (no owner in the
@@ -1334,7 +1305,9 @@ class AsyncApi(AsyncBase):
             returns={201: models.TokenCreatedOut},
         )
 
-    async def tokens_list(self, *, cursor: str = UNSET, state: str = UNSET) -> models.TokenPage:
+    async def tokens_list(
+        self, *, cursor: str = UNSET, state: Literal["active", "expired", "revoked"] = UNSET
+    ) -> models.TokenPage:
         """GET /api/v1/tokens: Tokens. Any operator lists and issues their own (no owner in the
         body); an admin lists the tenant's and issues a principal's. Nobody receives another
         operator's secret."""
@@ -1348,7 +1321,7 @@ class AsyncApi(AsyncBase):
             returns={200: models.TokenPage},
         )
 
-    async def tokens_revoke(self, id: str, *, reason: str = UNSET) -> models.TokenOut:
+    async def tokens_revoke(self, id: str, *, reason: str | None = UNSET) -> models.TokenOut:
         """POST /api/v1/tokens/{id}/revoke"""
         return await self._call(
             "POST",
@@ -1365,8 +1338,8 @@ class AsyncApi(AsyncBase):
         id: str,
         *,
         expires_in_seconds: float | None = UNSET,
-        overlap_seconds: float = UNSET,
-        reason: str = UNSET,
+        overlap_seconds: float | None = UNSET,
+        reason: str | None = UNSET,
     ) -> models.TokenCreatedOut | models.TokenOut:
         """POST /api/v1/tokens/{id}/rotate: Your own token, or (admin) a principal's: 201 with
         its successor, shown once. (Admin) another operator's token: it is revoked at once and
@@ -1391,11 +1364,11 @@ class AsyncApi(AsyncBase):
         *,
         name: str,
         base_url: str,
-        effect: models.EffectEnum = UNSET,
-        lookup: bool = UNSET,
-        requires_approval: bool = UNSET,
-        identity_fields: list[str] = UNSET,
-        timeout_seconds: float = UNSET,
+        effect: models.EffectEnum | None = UNSET,
+        lookup: bool | None = UNSET,
+        requires_approval: bool | None = UNSET,
+        identity_fields: list[str] | None = UNSET,
+        timeout_seconds: float | None = UNSET,
     ) -> models.ToolCreatedOut:
         """POST /api/v1/tools"""
         return await self._call(
@@ -1417,7 +1390,12 @@ class AsyncApi(AsyncBase):
         )
 
     async def tools_declare(
-        self, name: str, *, reason: str, effect: models.EffectEnum = UNSET, lookup: bool = UNSET
+        self,
+        name: str,
+        *,
+        reason: str,
+        effect: models.EffectEnum | None = UNSET,
+        lookup: bool | None = UNSET,
     ) -> models.ToolOut:
         """POST /api/v1/tools/{name}/declaration: Change what a tool declares it is: `effect`
         and/or `lookup`, with a `reason`. Admin."""
@@ -1457,7 +1435,7 @@ class AsyncApi(AsyncBase):
         )
 
     async def tools_rotate_secret(
-        self, name: str, *, overlap_seconds: float = UNSET, reason: str = UNSET
+        self, name: str, *, overlap_seconds: float | None = UNSET, reason: str | None = UNSET
     ) -> models.ToolCreatedOut:
         """POST /api/v1/tools/{name}/rotate-secret: A new signing secret for the tool (admin,
         audited as `tool.rotate_secret`). With `overlap_seconds`, requests carry a signature

@@ -42,6 +42,14 @@ BlockReasonEnum = Literal[
 
 BulkItemKindEnum = Literal["action", "run"]
 
+BulkPlanOutOperationEnum = Literal["resolve", "recheck", "replay"]
+
+BulkRecheckEnum = Literal["recheck"]
+
+BulkReplayEnum = Literal["replay"]
+
+BulkResolveEnum = Literal["resolve"]
+
 DidEnum = Literal[
     "resolve_succeeded",
     "resolve_failed",
@@ -57,13 +65,13 @@ EffectEnum = Literal["read_only", "idempotent", "unsafe"]
 
 FailureReasonEnum = Literal["version_conflict", "rejected", "not_sent"]
 
+ForceEnum = Literal[False]
+
 ForceReplayRequestOutStateEnum = Literal["pending", "confirmed", "rejected"]
 
 LedgerStatusEnum = Literal["reserved", "in_flight", "applied", "failed", "unknown", "void"]
 
 MeOutKindEnum = Literal["principal", "operator"]
-
-OperationEnum = Literal["resolve", "recheck", "replay"]
 
 ReconciliationOutKindEnum = Literal["state", "lookup"]
 
@@ -327,7 +335,7 @@ class BulkKeyOut(Model):
 class BulkPlanOut(Model):
     """The `BulkPlanOut` schema."""
 
-    operation: OperationEnum
+    operation: BulkPlanOutOperationEnum
     outcome: ResolveOutcomeEnum | None
     reason: str
     force: bool
