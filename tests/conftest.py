@@ -151,14 +151,15 @@ class Downstream:
         return httpx.get(f"{self.url}/{prefix}/state/{quote(target, safe='')}", timeout=5)
 
 
-def start_downstream(host="127.0.0.1") -> Downstream:
+def start_downstream(host="127.0.0.1", *args, stderr=subprocess.DEVNULL) -> Downstream:
+    """`args`: more options (`--require-signature`); `stderr`: where its log goes."""
     process = subprocess.Popen(
         [
             *(sys.executable, str(ROOT / "demo/downstream.py")),
-            *("--host", host, "--port", "0", "--quiet"),
+            *("--host", host, "--port", "0", "--quiet", *args),
         ],
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=stderr,
         text=True,
     )
     line = process.stdout.readline()

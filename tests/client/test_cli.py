@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from takeover_client import Takeover, Unauthenticated
 from takeover_client.cli import main
 
 from .conftest import event, ticket
@@ -126,3 +127,25 @@ def test_the_installed_command_runs_and_reports_errors(w, live_server):
     env.update(TAKEOVER_URL="http://127.0.0.1:9", TAKEOVER_RETRY_FOR="1")
     done = subprocess.run([command, "queue"], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 3 and "unavailable" in done.stderr
+
+
+def test_tokens_issue_your_own_list_and_revoke(cli, w, live_server):
+    issued = cli.json("oncall", "tokens", "issue", "--name", "laptop", "--expires-in", "2h")
+    assert issued["name"] == "laptop" and issued["owner"]["name"] == w.oncall.username
+    assert issued["token"] and issued["state"] == "active"
+    shown = cli("oncall", "tokens", "issue", "--name", "script").output
+    assert "Shown once" in shown
+
+    with Takeover(live_server.url, issued["token"]) as own:  # the new token works
+        assert own.me().name == w.oncall.username
+    mine = cli.json("oncall", "tokens", "list")
+    assert issued["id"] in {t["id"] for t in mine}
+    assert all(t["owner"]["name"] == w.oncall.username for t in mine)
+    assert "token" not in mine[0]  # never shown again
+    assert issued["id"] in {t["id"] for t in cli.json("admin", "tokens", "list")}
+
+    revoked = cli.json("oncall", "tokens", "revoke", issued["id"], "--reason", "laptop lost")
+    assert revoked["state"] == "revoked"
+    with Takeover(live_server.url, issued["token"]) as own, pytest.raises(Unauthenticated):
+        own.me()
+    cli("oncall", "tokens", "issue", "--expires-in", "soon", code=2)

@@ -38,11 +38,11 @@ def test_succeeded_and_the_context_manager_reports_tools_called(w, agent):
         outcome = run.propose("update_ticket", target, {"status": "open"})
         assert outcome.state == "queued" and not outcome.replayed
         assert outcome.wait(30) is outcome
-        assert outcome.state == "succeeded" and outcome.action["resolution"] == "applied"
+        assert outcome.state == "succeeded" and outcome.action.resolution == "applied"
     assert current_run() is None
     finished = agent.run(run.id)
     assert finished.status == "success"
-    assert finished.data["tools_executed"] == ["update_ticket"]
+    assert finished.data.tools_executed == ["update_ticket"]
     assert w.downstream.mutations(target) == 1
 
 
@@ -82,7 +82,7 @@ def test_an_unknown_approval_is_blocked(w, agent):
             outcome.wait(10)
     assert caught.value.reason == "approval_not_found"
     assert run.tools_called == []  # a blocked action is not a call
-    assert agent.run(run.id).data["tools_executed"] == []
+    assert agent.run(run.id).data.tools_executed == []
 
 
 def test_a_rejected_effect_is_failed_and_a_stale_version_is_a_conflict(w, agent):
@@ -106,7 +106,8 @@ def test_an_unknown_outcome_that_cannot_be_proven_needs_a_human(w, agent):
     run = agent.start_run("webhook", {}, event_id=event())
     with run, pytest.raises(NeedsHuman) as caught:
         run.propose("update_ticket", target, {"status": "open"}).wait(30)
-    assert caught.value.diff == [{"field": "status", "desired": "open", "actual": "new"}]
+    [diff] = caught.value.diff
+    assert (diff.field, diff.desired, diff.actual) == ("status", "open", "new")
 
 
 def test_an_unknown_outcome_is_reconciled_to_succeeded(w, agent):
@@ -114,8 +115,8 @@ def test_an_unknown_outcome_is_reconciled_to_succeeded(w, agent):
     w.downstream.fault("drop_after_commit", prefix="tickets", target=target)
     with agent.start_run("webhook", {}, event_id=event()) as run:
         outcome = run.propose("update_ticket", target, {"status": "open"}).wait(30)
-    assert outcome.action["resolution"] == "reconciled"
-    assert [a["outcome"] for a in outcome.action["attempts"]] == ["unknown"]
+    assert outcome.action.resolution == "reconciled"
+    assert [a.outcome for a in outcome.action.attempts] == ["unknown"]
     assert w.downstream.mutations(target) == 1
 
 
@@ -127,7 +128,9 @@ def test_awaiting_approval_is_pending_until_granted(w, agent, operator):
             outcome.wait(1.5, poll_approval=0.5)
         assert caught.value.state == "awaiting_approval"
         with operator("approver") as approver:
-            approver.grant(outcome.action["approval_request_id"], ttl_seconds=600)
+            approver.api.approval_requests_grant(
+                outcome.action.approval_request_id, ttl_seconds=600
+            )
         assert outcome.wait(30, poll_approval=0.5).state == "succeeded"
 
 
@@ -157,7 +160,8 @@ def test_503_with_retry_after_is_retried_until_the_database_is_back(w, agent, ca
         assert not isinstance(propose.result, Exception), propose.result
         assert time.monotonic() - started >= 2
         retries = [r.getMessage() for r in caplog.records if r.name == "takeover_client"]
-        assert retries and all("503, Retry-After 2; retrying in 2.0 s" in m for m in retries)
+        assert retries and all("503, Retry-After 2; retry" in m for m in retries)
+        assert all("in 2.0 s" in m and "/api/v1/runs/" in m for m in retries)
         assert propose.result.wait(30).state == "succeeded"
     assert w.downstream.mutations(target) == 1
 
@@ -167,7 +171,7 @@ def test_503_beyond_the_retry_budget_is_unavailable_with_retry_after(w, live_ser
     with database_down(), pytest.raises(Unavailable) as caught:
         client.me()
     assert caught.value.retry_after == 2
-    assert client.me()["kind"] == "principal"
+    assert client.me().kind == "principal"
 
 
 def test_a_connection_refused_is_retried_then_unavailable():
@@ -185,9 +189,9 @@ def test_an_exception_in_the_block_finishes_the_run_as_error(w, agent):
         run.propose("update_ticket", target, {"status": "open"}).wait(30)
         1 / 0
     data = agent.run(run.id).data
-    assert data["status"] == "error"
-    assert data["error_message"] == "ZeroDivisionError: division by zero"
-    assert data["tools_executed"] == ["update_ticket"]
+    assert data.status == "error"
+    assert data.error_message == "ZeroDivisionError: division by zero"
+    assert data.tools_executed == ["update_ticket"]
     with pytest.raises(RunNotRunning):
         run.propose("update_ticket", ticket(), {"status": "open"})
 
@@ -195,9 +199,9 @@ def test_an_exception_in_the_block_finishes_the_run_as_error(w, agent):
 def test_heartbeats_are_sent_in_the_background(w, live_server):
     client = Takeover(live_server.url, w.agent.token, heartbeat_every=0.3)
     with client.start_run("api", {}) as run:
-        first = client.run(run.id).data["heartbeat_at"]
+        first = client.run(run.id).data.heartbeat_at
         time.sleep(1.2)
-        later = client.run(run.id).data["heartbeat_at"]
+        later = client.run(run.id).data.heartbeat_at
     assert later and later != first
 
 
@@ -209,9 +213,9 @@ def test_a_replay_is_claimed_and_proposes_the_same_keys(w, agent, operator):
         raise RuntimeError("crashed after the first effect")
     assert agent.claim() is None  # nothing waiting
     with operator("admin") as admin:
-        replay = admin.replay(run.id, force=True, reason="the crash was ours")
+        replay = admin.api.runs_replay(run.id, force=True, reason="the crash was ours")
     claimed = agent.claim()
-    assert claimed.id == replay["id"] and claimed.replay_of == run.id
+    assert claimed.id == replay.id and claimed.replay_of == run.id
     with claimed:
         again = claimed.propose("update_ticket", claimed.config["ticket"], {"status": "open"})
         assert again.replayed and again.id == first.id
@@ -234,7 +238,7 @@ def test_the_async_client_waits_and_raises_the_same_way(w, live_server):
 
     ok, data = asyncio.run(scenario())
     assert ok.state == "succeeded"
-    assert data["status"] == "success" and data["tools_executed"] == ["update_ticket"]
+    assert data.status == "success" and data.tools_executed == ["update_ticket"]
 
 
 def test_an_input_file_is_uploaded_and_copied_at_start(w, agent, tmp_path):
@@ -243,10 +247,10 @@ def test_an_input_file_is_uploaded_and_copied_at_start(w, agent, tmp_path):
     with agent.start_run("webhook", {"a": 1}, path, event_id=event()) as run:
         pass
     data = agent.run(run.id).data
-    assert data["input_file"]["name"] == "ticket.json"
-    assert data["input_file"]["size"] == path.stat().st_size
-    assert data["input_file"]["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
-    assert data["config"] == {"a": 1, "event_id": run.event_id}
+    assert data.input_file.name == "ticket.json"
+    assert data.input_file.size == path.stat().st_size
+    assert data.input_file.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert data.config == {"a": 1, "event_id": run.event_id}
 
 
 def test_idempotency_keys_come_from_stable_intent():
@@ -280,7 +284,7 @@ def test_a_refused_wait_is_asked_again_after_retry_after(w, live_server, setting
     client = Takeover(live_server.url, w.agent.token, transport=Recording())
     with client.start_run("api", {}, event_id=event()) as run:
         outcome = run.propose("update_ticket", target, {"status": "open"}).wait(30)
-    assert outcome.state == "succeeded" and outcome.action["resolution"] == "reconciled"
+    assert outcome.state == "succeeded" and outcome.action.resolution == "reconciled"
     assert len(asked) >= 2 and all(header == "1" for _, header in asked[:-1])
     gaps = [later - earlier for (earlier, _), (later, _) in itertools.pairwise(asked)]
     assert min(gaps) >= 0.95, gaps

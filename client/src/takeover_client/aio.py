@@ -5,25 +5,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
 import httpx
 
 from . import _core
+from ._model import UNSET
+from .api import AsyncApi
 from .client import DEFAULT_HEARTBEAT_EVERY, DEFAULT_RETRY_FOR, DEFAULT_TIMEOUT
-from .errors import RunNotRunning, TakeoverError
+from .errors import ApiError, RunNotRunning, TakeoverError
 from .keys import idempotency_key
+from .models import ActionOut, MeOut, RunDetailOut
 
 logger = logging.getLogger("takeover_client")
 
 
 class AsyncTakeover:
-    """`Takeover`, with `await`. Use as `async with AsyncTakeover(url, token) as client:`."""
+    """`Takeover`, with `await`. Use as `async with AsyncTakeover(url, token) as client:`;
+    `client.api` is every operation, `await client.api.queue_list(...)`."""
 
     def __init__(
         self,
@@ -35,13 +38,16 @@ class AsyncTakeover:
         retry_for: float = DEFAULT_RETRY_FOR,
         heartbeat_every: float = DEFAULT_HEARTBEAT_EVERY,
         transport: httpx.AsyncBaseTransport | None = None,
+        on_retry: Callable[[_core.RetryEvent], Any] | None = None,
     ) -> None:
         headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
         if tenant:
             headers["X-Takeover-Tenant"] = tenant
-        self.url = url.rstrip("/")
+        self.url = _core.base_url(url)
         self.retry_for = retry_for
         self.heartbeat_every = heartbeat_every
+        self.on_retry = on_retry
+        self.api = AsyncApi(self)
         self._http = httpx.AsyncClient(
             base_url=self.url + _core.API_PREFIX,
             headers=headers,
@@ -91,28 +97,10 @@ class AsyncTakeover:
             delay = clock.next_delay(hint)
             if delay is None:
                 raise _core.unavailable(method, path, last, hint)
-            logger.info("%s %s: %s; retrying in %.1f s", method, path, last, delay)
+            elapsed = time.monotonic() - clock.started
+            event = _core.RetryEvent(method, path, last, delay, clock.attempt, elapsed)
+            _core.note_retry(event, self.on_retry, self.url + _core.API_PREFIX)
             await asyncio.sleep(delay)
-
-    async def get(self, path: str, **params: Any) -> Any:
-        params = {k: v for k, v in params.items() if v is not None}
-        return await self.request("GET", path, params=params)
-
-    async def post(self, path: str, body: dict | None = None, **kwargs: Any) -> Any:
-        return await self.request("POST", path, json=body if body is not None else {}, **kwargs)
-
-    async def pages(self, path: str, **params: Any) -> AsyncIterator[dict]:
-        cursor = None
-        while True:
-            page = await self.get(path, cursor=cursor, **params)
-            for item in page["results"]:
-                yield item
-            cursor = page.get("next")
-            if not cursor:
-                return
-
-    async def me(self) -> dict:
-        return await self.get("/me")
 
     async def start_run(
         self,
@@ -126,54 +114,50 @@ class AsyncTakeover:
         config = dict(config or {})
         if event_id is not None:
             config["event_id"] = event_id
-        body: dict[str, Any] = {"trigger": trigger, "config": config}
-        if session_id:
-            body["session_id"] = session_id
-        if input_file is None:
-            data = await self.post("/runs", body)
-        else:
-            form = {"trigger": trigger, "config": json.dumps(config)}
-            if session_id:
-                form["session_id"] = session_id
-            if isinstance(input_file, str | Path):
-                files = {"input_file": (Path(input_file).name, Path(input_file).read_bytes())}
-            else:
-                name = Path(getattr(input_file, "name", "input")).name
-                files = {"input_file": (name, input_file.read())}
-            data = await self.request("POST", "/runs", data=form, files=files)
+        data = await self.api.runs_start(
+            trigger=trigger,
+            config=config,
+            session_id=session_id or UNSET,
+            input_file=_core.input_file(input_file),
+        )
         return AsyncRun(self, data)
 
     async def claim(self) -> AsyncRun | None:
-        data = await self.post("/runs/claim")
+        data = await self.api.runs_claim()
         return AsyncRun(self, data) if data else None
 
     async def run(self, run_id: str) -> AsyncRun:
-        return AsyncRun(self, await self.get(f"/runs/{run_id}"))
+        return AsyncRun(self, await self.api.runs_retrieve(run_id))
 
     async def outcome(self, action_id: str) -> AsyncOutcome:
-        return AsyncOutcome(self, await self.get(f"/actions/{action_id}"))
+        return AsyncOutcome(self, await self.api.actions_retrieve(action_id))
+
+    async def me(self) -> MeOut:
+        return await self.api.me()
 
 
 class AsyncRun:
-    """`Run`, with `await`; `async with run:` heartbeats and finishes it."""
+    """`Run`, with `await`; `async with run:` heartbeats and finishes it, `async with
+    run.attach():` heartbeats and leaves it running (an agent that may pause)."""
 
-    def __init__(self, client: AsyncTakeover, data: dict) -> None:
+    def __init__(self, client: AsyncTakeover, data: RunDetailOut) -> None:
         self.client = client
         self.data = data
         self._proposals: list[AsyncOutcome] = []
         self._extra_tools: set[str] = set()
         self._finished = False
         self._beat: asyncio.Task | None = None
-        self._token = None
+        self._tokens: list[Any] = []
+        self._finish_on_exit: list[bool] = []
 
     def __repr__(self) -> str:
         return f"<AsyncRun {self.id} {self.status}>"
 
-    id = property(lambda self: self.data["id"])
-    status = property(lambda self: self.data["status"])
-    config = property(lambda self: self.data.get("config") or {})
+    id = property(lambda self: self.data.id)
+    status = property(lambda self: self.data.status)
+    config = property(lambda self: self.data.config or {})
     event_id = property(lambda self: self.config.get("event_id"))
-    replay_of = property(lambda self: self.data.get("replay_of"))
+    replay_of = property(lambda self: self.data.replay_of)
 
     def key(self, tool: str, target: str) -> str:
         if not self.event_id:
@@ -192,24 +176,24 @@ class AsyncRun:
         reason: str | None = None,
     ) -> AsyncOutcome:
         key = key or self.key(tool, target)
-        body: dict[str, Any] = {
-            "tool": tool,
-            "target": target,
-            "desired_state": desired_state,
-            "expected_version": expected_version,
-        }
-        if approval_id is not None:
-            body["approval_id"] = approval_id
-        if reason is not None:
-            body["reason"] = reason
-        outcome = AsyncOutcome(self.client, {"tool": tool, "target": target, "state": None})
+        outcome = AsyncOutcome(self.client, None, tool=tool)
         self._proposals.append(outcome)
-        data = await self.client.post(
-            f"/runs/{self.id}/actions", body, headers={"Idempotency-Key": key}
-        )
-        outcome.action = data
-        outcome.replayed = bool(data.get("replayed"))
-        outcome.content_changed = bool(data.get("content_changed"))
+        try:
+            answer = await self.client.api.actions_propose(
+                self.id,
+                idempotency_key=key,
+                tool=tool,
+                target=target,
+                desired_state=desired_state,
+                expected_version=expected_version,
+                approval_id=approval_id if approval_id is not None else UNSET,
+                reason=reason if reason is not None else UNSET,
+            )
+        except ApiError:
+            # Refused (400, 404, 409, 422): nothing was created, so nothing was called.
+            self._proposals.remove(outcome)
+            raise
+        outcome._update(answer)
         return outcome
 
     def record_tool_call(self, tool: str) -> None:
@@ -221,7 +205,7 @@ class AsyncRun:
         return sorted(set(_core.tools_called(seen)) | self._extra_tools)
 
     async def heartbeat(self) -> None:
-        self.data = await self.client.post(f"/runs/{self.id}/heartbeat") or self.data
+        await self.client.api.runs_heartbeat(self.id)
 
     async def finish(
         self,
@@ -229,17 +213,18 @@ class AsyncRun:
         error_message: str = "",
         *,
         tools_called: list[str] | _core.Default | None = _core.DEFAULT,
-    ) -> dict:
+    ) -> RunDetailOut:
         await self._stop_heartbeats()
         if isinstance(tools_called, _core.Default):
             tools_called = self.tools_called
-        body = {"status": status, "error_message": error_message, "tools_called": tools_called}
-        self.data = await self.client.post(f"/runs/{self.id}/finish", body)
+        self.data = await self.client.api.runs_finish(
+            self.id, status=status, error_message=error_message, tools_called=tools_called
+        )
         self._finished = True
         return self.data
 
     async def refresh(self) -> AsyncRun:
-        self.data = await self.client.get(f"/runs/{self.id}")
+        self.data = await self.client.api.runs_retrieve(self.id)
         return self
 
     def start_heartbeats(self, every: float | None = None) -> None:
@@ -265,17 +250,22 @@ class AsyncRun:
                 await self._beat
             self._beat = None
 
+    def attach(self) -> AsyncRun:
+        self._finish_on_exit.append(False)
+        return self
+
     async def __aenter__(self) -> AsyncRun:
-        self._token = _core.current_run_var.set(self)
+        if len(self._finish_on_exit) == len(self._tokens):
+            self._finish_on_exit.append(True)
+        self._tokens.append(_core.current_run_var.set(self))
         self.start_heartbeats()
         return self
 
     async def __aexit__(self, exc_type, exc, tb) -> None:
-        if self._token is not None:
-            _core.current_run_var.reset(self._token)
-            self._token = None
+        _core.current_run_var.reset(self._tokens.pop())
+        finish = self._finish_on_exit.pop()
         await self._stop_heartbeats()
-        if self._finished:
+        if self._finished or not finish:
             return
         if exc is None:
             status, message = "success", ""
@@ -296,22 +286,31 @@ class AsyncRun:
 class AsyncOutcome:
     """`Outcome`, with `await outcome.wait(timeout)`."""
 
-    def __init__(self, client: AsyncTakeover, action: dict) -> None:
+    def __init__(self, client: AsyncTakeover, action: ActionOut | None, *, tool: str = "") -> None:
         self.client = client
-        self.action = action
-        self.replayed = bool(action.get("replayed"))
-        self.content_changed = bool(action.get("content_changed"))
+        self.action: ActionOut = action  # type: ignore[assignment] -- None until answered
+        self._tool = tool
+        self.replayed = bool(action and action.replayed)
+        self.content_changed = bool(action and action.content_changed)
 
     def __repr__(self) -> str:
-        return f"<AsyncOutcome {self.id} {self.state}{' replayed' if self.replayed else ''}>"
+        flag = " replayed" if self.replayed else ""
+        return f"<AsyncOutcome {self.action_id} {self.state}{flag}>"
 
-    id = property(lambda self: self.action["id"])
-    state = property(lambda self: self.action.get("state"))
-    tool = property(lambda self: self.action["tool"])
+    def _update(self, action: ActionOut, *, proposal: bool = True) -> None:
+        self.action = action
+        if proposal:
+            self.replayed = action.replayed
+            self.content_changed = action.content_changed
+
+    action_id = property(lambda self: self.action.id)
+    id = action_id
+    state = property(lambda self: self.action.state if self.action is not None else None)
+    tool = property(lambda self: self.action.tool if self.action is not None else self._tool)
     settled = property(lambda self: self.state in _core.SETTLED)
 
     async def refresh(self) -> AsyncOutcome:
-        self.action = await self.client.get(f"/actions/{self.id}")
+        self._update(await self.client.api.actions_retrieve(self.action_id), proposal=False)
         return self
 
     async def wait(self, timeout: float = 60.0, *, poll_approval: float = 2.0) -> AsyncOutcome:
@@ -324,19 +323,20 @@ class AsyncOutcome:
                 raise _core.pending(self.action, timeout)
             if self.state == "awaiting_approval":
                 await asyncio.sleep(min(poll_approval, remaining))
-                self.action = await self.client.get(f"/actions/{self.id}")
+                await self.refresh()
                 continue
             hold = round(min(_core.MAX_WAIT_PER_REQUEST, remaining), 1)
             asked = time.monotonic()
             before = self.state
-            self.action, response = await self.client.request(
+            data, response = await self.client.request(
                 "GET",
-                f"/actions/{self.id}",
+                f"/actions/{self.action_id}",
                 params={"wait": f"{hold:g}"},
                 timeout=hold + 15,
                 retry_for=max(remaining, 0.0),
                 with_response=True,
             )
+            self._update(ActionOut.from_dict(data), proposal=False)
             pause = _core.wait_pause(self.state, before, asked, hold, response, backoff)
             if pause:
                 await asyncio.sleep(min(pause, max(deadline - time.monotonic(), 0)))

@@ -5,6 +5,7 @@
     takeover show ACTION                # the intent, attempts, reconciliations and the diff
     takeover recheck ACTION             # re-read the authoritative state now
     takeover resolve ACTION --succeeded --reason "checked in the CRM"
+    takeover tokens issue --name laptop --expires-in 30d   # your own token, shown once
 
 Tables for people; `--json` on every command prints the API's JSON (one document; lists
 as an array) for scripts. Exit status: 0 done, 1 the API refused (the problem's detail is
@@ -24,8 +25,9 @@ from typing import Any
 
 import click
 
+from ._model import UNSET, Model
 from .client import Takeover
-from .errors import ApiError, Unauthenticated, Unavailable
+from .errors import ApiError, Unauthenticated, Unavailable, field_errors
 
 
 class Context:
@@ -94,23 +96,34 @@ def main(
     ctx.obj = Context(url, _token(token, token_file), tenant, retry_for)
 
 
-RENDERERS: dict[str, Callable[[Any], None]] = {}  # command name → how a person sees it
+RENDERERS: dict[str, Callable[[Any], None]] = {}  # command path → how a person sees it
 
 
-def command(name: str | None = None) -> Callable:
+def plain(result: Any) -> Any:
+    """Typed results as the API's JSON, for tables and `--json`."""
+    if isinstance(result, Model):
+        return result.to_dict()
+    if isinstance(result, Iterable) and not isinstance(result, dict | list | str):
+        result = list(result)
+    if isinstance(result, list):
+        return [plain(item) for item in result]
+    return result
+
+
+def command(name: str | None = None, group: Any = None) -> Callable:
     """A subcommand with `--json`, API errors turned into messages and exit codes."""
 
     def decorate(fn: Callable) -> Callable:
-        @main.command(name)
+        @(group or main).command(name)
         @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
         @click.pass_obj
         @wraps(fn)
         def wrapper(obj: Context, as_json: bool, **kwargs: Any) -> None:
             try:
-                result = fn(obj.client, **kwargs)
-                if isinstance(result, Iterable) and not isinstance(result, dict | list):
-                    result = list(result)
-                render = RENDERERS.get(click.get_current_context().info_name)
+                result = plain(fn(obj.client, **kwargs))
+                # "queue", "tokens issue": the path below the program's own name.
+                path = click.get_current_context().command_path.split(" ", 1)[-1]
+                render = RENDERERS.get(path)
                 if as_json:
                     click.echo(json.dumps(result, indent=2, ensure_ascii=False))
                 elif render is not None:
@@ -120,8 +133,8 @@ def command(name: str | None = None) -> Callable:
                 sys.exit(2)
             except ApiError as exc:
                 click.echo(f"error: {exc.status} {exc.slug}: {exc.detail}", err=True)
-                for field, messages in exc.errors.items():
-                    click.echo(f"  {field}: {' '.join(messages)}", err=True)
+                for field, message in field_errors(exc.errors):
+                    click.echo(f"  {field}: {message}", err=True)
                 sys.exit(1)
             except Unavailable as exc:
                 click.echo(f"error: {exc}", err=True)
@@ -238,8 +251,13 @@ def action_rows(rows: list[dict]) -> None:
 @click.option("--limit", type=int, default=50, show_default=True)
 def queue(client: Takeover, state, tool, oldest, limit):
     """Actions waiting for a person."""
-    return client.pages(
-        "/queue", state=state, tool=tool, order="oldest" if oldest else None, limit=limit
+    api = client.api
+    return api.every(
+        api.queue_list,
+        state=state or UNSET,
+        tool=tool or UNSET,
+        order="oldest" if oldest else UNSET,
+        limit=limit,
     )
 
 
@@ -250,7 +268,7 @@ RENDERERS["queue"] = action_rows
 @click.argument("action_id")
 def show(client: Takeover, action_id):
     """One action: intent, attempts, reconciliations and the diff."""
-    return client.action(action_id)
+    return client.api.actions_retrieve(action_id)
 
 
 RENDERERS["show"] = echo_action
@@ -260,7 +278,7 @@ RENDERERS["show"] = echo_action
 @click.argument("action_id")
 def recheck(client: Takeover, action_id):
     """Re-read the authoritative state of an unknown or needs_human action now."""
-    return client.reconcile(action_id)
+    return client.api.actions_reconcile(action_id)
 
 
 RENDERERS["recheck"] = echo_action
@@ -275,7 +293,7 @@ def resolve(client: Takeover, action_id, outcome, reason):
     """Settle an unknown or needs_human action, with a reason."""
     if outcome is None:
         raise click.UsageError("Say --succeeded or --failed.")
-    return client.resolve(action_id, outcome, reason)
+    return client.api.actions_resolve(action_id, outcome=outcome, reason=reason)
 
 
 RENDERERS["resolve"] = echo_action
@@ -294,7 +312,7 @@ RENDERERS["resolve"] = echo_action
 @click.option("--limit", type=int, default=50, show_default=True)
 def approvals(client: Takeover, state, limit):
     """Approval requests, with their exact binding."""
-    return client.pages("/approval-requests", state=state, limit=limit)
+    return client.api.every(client.api.approval_requests_list, state=state, limit=limit)
 
 
 RENDERERS["approvals"] = lambda rows: table(
@@ -323,7 +341,9 @@ def echo_approval(a: dict) -> None:
 @click.option("--ttl", type=float, help="Seconds the one-shot approval stays valid (default 3600).")
 def grant(client: Takeover, request_id, ttl):
     """Grant an approval request (a one-shot approval bound to its exact intent)."""
-    return client.grant(request_id, ttl)
+    return client.api.approval_requests_grant(
+        request_id, ttl_seconds=ttl if ttl is not None else UNSET
+    )
 
 
 RENDERERS["grant"] = echo_approval
@@ -334,7 +354,7 @@ RENDERERS["grant"] = echo_approval
 @click.option("--reason", required=True)
 def deny(client: Takeover, request_id, reason):
     """Deny an approval request; its action is blocked."""
-    return client.deny(request_id, reason)
+    return client.api.approval_requests_deny(request_id, reason=reason)
 
 
 RENDERERS["deny"] = lambda r: click.echo(f"request {r['id']} denied: {r['reason']}")
@@ -348,7 +368,7 @@ RENDERERS["deny"] = lambda r: click.echo(f"request {r['id']} denied: {r['reason'
 @click.option("--limit", type=int, default=50, show_default=True)
 def runs(client: Takeover, status, limit):
     """Runs, newest first, with what they called."""
-    return client.pages("/runs", status=status, limit=limit)
+    return client.api.every(client.api.runs_list, status=status or UNSET, limit=limit)
 
 
 RENDERERS["runs"] = lambda rows: table(
@@ -373,7 +393,7 @@ def replay(client: Takeover, run_id, force, reason):
     """Replay a run as a new pending run (the replay rule decides; --force overrides)."""
     if force and not reason.strip():
         raise click.UsageError("--force needs a --reason.")
-    return client.replay(run_id, force=force, reason=reason)
+    return client.api.runs_replay(run_id, force=force, reason=reason)
 
 
 RENDERERS["replay"] = lambda r: click.echo(
@@ -388,7 +408,9 @@ RENDERERS["replay"] = lambda r: click.echo(
 @click.option("--limit", type=int, default=50, show_default=True)
 def ledger(client: Takeover, key, tool, limit):
     """The effect ledger."""
-    return client.pages("/ledger", key=key, tool=tool, limit=limit)
+    return client.api.every(
+        client.api.ledger_list, key=key or UNSET, tool=tool or UNSET, limit=limit
+    )
 
 
 RENDERERS["ledger"] = lambda rows: table(
@@ -429,9 +451,13 @@ def audit(client: Takeover, verb, actor, object_id, since, limit):
     """The append-only audit log, newest first."""
     cutoff = since_time(since) if since else None
     events = []
-    for event in client.pages("/audit", verb=verb, actor=actor, object=object_id):
+    api = client.api
+    pages = api.every(
+        api.audit_list, verb=verb or UNSET, actor=actor or UNSET, object=object_id or UNSET
+    )
+    for event in pages:
         # Newest first: the first event older than the cutoff ends the listing.
-        if cutoff and datetime.fromisoformat(event["at"]) < cutoff:
+        if cutoff and event.at < cutoff:
             break
         events.append(event)
         if len(events) >= limit:
@@ -450,6 +476,81 @@ RENDERERS["audit"] = lambda rows: table(
         ("reason", "reason", 40),
     ],
 )
+
+
+# --- tokens -------------------------------------------------------------------------------
+
+
+@main.group("tokens")
+def tokens() -> None:
+    """API tokens: issue your own, list, revoke."""
+
+
+@command("issue", group=tokens)
+@click.option("--name", default="", help="What it is for (a laptop, a script).")
+@click.option(
+    "--expires-in",
+    "expires_in",
+    help="How long it is valid: 3600s, 90m, 12h, 30d (default: the server's).",
+)
+def tokens_issue(client: Takeover, name, expires_in):
+    """Issue a new API token for yourself (the caller). It is shown once: keep it."""
+    seconds = duration(expires_in) if expires_in else UNSET
+    return client.api.tokens_create(name=name, expires_in_seconds=seconds)
+
+
+RENDERERS["tokens issue"] = lambda t: click.echo(
+    f"token {t['id']} ({t['label']}…) for {t['owner']['kind']} {t['owner']['name']}, "
+    f"expires {t['expires_at'] or 'never'}:\n{t['token']}\n"
+    "Shown once: Takeover keeps only its hash."
+)
+
+
+@command("list", group=tokens)
+@click.option("--state", help="Comma-separated: active, expired, revoked.")
+@click.option("--limit", type=int, default=100, show_default=True)
+def tokens_list(client: Takeover, state, limit):
+    """Tokens: an admin sees the tenant's, anyone else their own."""
+    return client.api.every(client.api.tokens_list, state=state or UNSET, limit=limit)
+
+
+RENDERERS["tokens list"] = lambda rows: table(
+    [{**r, "_owner": f"{r['owner']['kind']}:{r['owner']['name']}"} for r in _with_age(rows)],
+    [
+        ("id", "id", 36),
+        ("label", "label", 10),
+        ("name", "name", 20),
+        ("owner", "_owner", 28),
+        ("state", "state", 8),
+        ("expires", "expires_at", 25),
+        ("last used", "last_used_at", 25),
+        ("age", "_age", 5),
+    ],
+)
+
+
+@command("revoke", group=tokens)
+@click.argument("token_id")
+@click.option("--reason", required=True, help="Why (audited).")
+def tokens_revoke(client: Takeover, token_id, reason):
+    """Revoke a token at once (yours, or, for an admin, anyone's)."""
+    return client.api.tokens_revoke(token_id, reason=reason)
+
+
+RENDERERS["tokens revoke"] = lambda t: click.echo(
+    f"token {t['id']} ({t['label']}…) of {t['owner']['kind']} {t['owner']['name']}: {t['state']}"
+)
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd]?)$")
+
+
+def duration(text: str) -> float:
+    """`3600`, `3600s`, `90m`, `12h`, `30d` as seconds."""
+    match = _DURATION.match(text.strip())
+    if not match:
+        raise click.BadParameter("a number of seconds, or 90m, 12h, 30d", param_hint="--expires-in")
+    factor = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]
+    return float(match.group(1)) * factor
 
 
 if __name__ == "__main__":

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
 import httpx
 
 from . import _core
-from .errors import RunNotRunning, TakeoverError
+from ._model import UNSET
+from .api import Api
+from .errors import ApiError, RunNotRunning, TakeoverError
 from .keys import idempotency_key
+from .models import ActionOut, MeOut, RunDetailOut
 
 logger = logging.getLogger("takeover_client")
 
@@ -29,10 +31,14 @@ class Takeover:
         client = Takeover("http://127.0.0.1:8000", token)
         with client.start_run("webhook", {"event_id": "evt_1"}) as run:
             run.propose("update_ticket", "T-1", {"status": "open"}).wait(30)
+        client.api.queue_list(state="unknown")     # every operation of the API, typed
 
+    `url` is where Takeover is served (not `.../api/v1`: that is a ValueError saying so).
     `retry_for` is how long one call keeps retrying what is safe to retry (a 503 with
     `Retry-After`, a connection that failed before the request was sent, a GET) before
-    raising `Unavailable`. `tenant` names the tenant for an operator in several.
+    raising `Unavailable`; each retry logs a WARNING on the `takeover_client` logger and
+    calls `on_retry(RetryEvent)` when given. `tenant` names the tenant for an operator in
+    several.
     """
 
     def __init__(
@@ -45,13 +51,16 @@ class Takeover:
         retry_for: float = DEFAULT_RETRY_FOR,
         heartbeat_every: float = DEFAULT_HEARTBEAT_EVERY,
         transport: httpx.BaseTransport | None = None,
+        on_retry: Callable[[_core.RetryEvent], Any] | None = None,
     ) -> None:
         headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
         if tenant:
             headers["X-Takeover-Tenant"] = tenant
-        self.url = url.rstrip("/")
+        self.url = _core.base_url(url)
         self.retry_for = retry_for
         self.heartbeat_every = heartbeat_every
+        self.on_retry = on_retry
+        self.api = Api(self)
         self._http = httpx.Client(
             base_url=self.url + _core.API_PREFIX,
             headers=headers,
@@ -105,35 +114,12 @@ class Takeover:
             delay = clock.next_delay(hint)
             if delay is None:
                 raise _core.unavailable(method, path, last, hint)
-            logger.info("%s %s: %s; retrying in %.1f s", method, path, last, delay)
+            elapsed = time.monotonic() - clock.started
+            event = _core.RetryEvent(method, path, last, delay, clock.attempt, elapsed)
+            _core.note_retry(event, self.on_retry, self.url + _core.API_PREFIX)
             time.sleep(delay)
 
-    def get(self, path: str, **params: Any) -> Any:
-        params = {k: v for k, v in params.items() if v is not None}
-        return self.request("GET", path, params=params)
-
-    def post(self, path: str, body: dict | None = None, **kwargs: Any) -> Any:
-        return self.request("POST", path, json=body if body is not None else {}, **kwargs)
-
-    def pages(self, path: str, *, limit: int | None = None, **params: Any) -> Iterator[dict]:
-        """Every item of a list endpoint, following `next` cursors (at most `limit`)."""
-        cursor = None
-        count = 0
-        while True:
-            page = self.get(path, cursor=cursor, **params)
-            for item in page["results"]:
-                yield item
-                count += 1
-                if limit is not None and count >= limit:
-                    return
-            cursor = page.get("next")
-            if not cursor:
-                return
-
     # the agent runtime
-
-    def me(self) -> dict:
-        return self.get("/me")
 
     def start_run(
         self,
@@ -146,85 +132,47 @@ class Takeover:
     ) -> Run:
         """Record a run before it does anything. `config` is the whole input (without it
         there is no replay). `event_id`, the trigger's id, is stored as `config["event_id"]`
-        so that a replay of this run derives the same idempotency keys."""
+        so that a replay of this run derives the same idempotency keys. (A multipart start,
+        with `input_file`, is not retried on a 503: the file may be a one-shot stream.)"""
         config = dict(config or {})
         if event_id is not None:
             config["event_id"] = event_id
-        body: dict[str, Any] = {"trigger": trigger, "config": config}
-        if session_id:
-            body["session_id"] = session_id
-        if input_file is None:
-            data = self.post("/runs", body)
-        else:
-            # Multipart is not retried on a 503: the file may be a one-shot stream.
-            form = {"trigger": trigger, "config": json.dumps(config)}
-            if session_id:
-                form["session_id"] = session_id
-            if isinstance(input_file, str | Path):
-                with open(input_file, "rb") as fh:
-                    files = {"input_file": (Path(input_file).name, fh.read())}
-            else:
-                name = Path(getattr(input_file, "name", "input")).name
-                files = {"input_file": (name, input_file.read())}
-            data = self.request("POST", "/runs", data=form, files=files)
+        data = self.api.runs_start(
+            trigger=trigger,
+            config=config,
+            session_id=session_id or UNSET,
+            input_file=_core.input_file(input_file),
+        )
         return Run(self, data)
 
     def claim(self) -> Run | None:
         """Take the oldest replayed run waiting for this principal, or None."""
-        data = self.post("/runs/claim")
+        data = self.api.runs_claim()
         return Run(self, data) if data else None
 
     def run(self, run_id: str) -> Run:
-        return Run(self, self.get(f"/runs/{run_id}"))
+        """A run by id, e.g. to resume an agent paused on an approval in another process."""
+        return Run(self, self.api.runs_retrieve(run_id))
 
     def outcome(self, action_id: str) -> Outcome:
-        return Outcome(self, self.get(f"/actions/{action_id}"))
+        return Outcome(self, self.api.actions_retrieve(action_id))
 
-    # the operator
-
-    def action(self, action_id: str) -> dict:
-        return self.get(f"/actions/{action_id}")
-
-    def queue(self, state: str | None = None, tool: str | None = None, **kw: Any) -> Iterator:
-        return self.pages("/queue", state=state, tool=tool, **kw)
-
-    def reconcile(self, action_id: str) -> dict:
-        return self.post(f"/actions/{action_id}/reconcile")
-
-    def resolve(self, action_id: str, outcome: str, reason: str) -> dict:
-        return self.post(f"/actions/{action_id}/resolve", {"outcome": outcome, "reason": reason})
-
-    def approval_requests(self, state: str | None = "pending", **kw: Any) -> Iterator:
-        return self.pages("/approval-requests", state=state, **kw)
-
-    def grant(self, request_id: str, ttl_seconds: float | None = None) -> dict:
-        body = {} if ttl_seconds is None else {"ttl_seconds": ttl_seconds}
-        return self.post(f"/approval-requests/{request_id}/grant", body)
-
-    def deny(self, request_id: str, reason: str) -> dict:
-        return self.post(f"/approval-requests/{request_id}/deny", {"reason": reason})
-
-    def runs(self, status: str | None = None, **kw: Any) -> Iterator:
-        return self.pages("/runs", status=status, **kw)
-
-    def replay(self, run_id: str, *, force: bool = False, reason: str = "") -> dict:
-        return self.post(f"/runs/{run_id}/replay", {"force": force, "reason": reason})
-
-    def ledger(self, key: str | None = None, tool: str | None = None, **kw: Any) -> Iterator:
-        return self.pages("/ledger", key=key, tool=tool, **kw)
-
-    def audit(
-        self, verb: str | None = None, actor: str | None = None, object: str | None = None, **kw
-    ) -> Iterator:
-        return self.pages("/audit", verb=verb, actor=actor, object=object, **kw)
+    def me(self) -> MeOut:
+        """Who this token is: `kind` (principal or operator), `name`, `tenant`, `roles`."""
+        return self.api.me()
 
 
 class Run:
-    """A run as the server recorded it. As a context manager it sends heartbeats in the
-    background and finishes the run: `success` when the block ends normally, `error` with
-    the exception when it raises (`cancelled` for KeyboardInterrupt), with `tools_called`."""
+    """A run as the server recorded it (`data`, a `RunDetailOut`).
 
-    def __init__(self, client: Takeover, data: dict) -> None:
+    As a context manager (`with run:`) it is the current run, sends heartbeats in the
+    background and finishes the run: `success` when the block ends normally, `error` with
+    the exception when it raises (`cancelled` for KeyboardInterrupt), with `tools_called`.
+    `with run.attach():` is the same without finishing: for an agent that may pause (an
+    approval it will be resumed on, maybe in another process) and finishes the run itself.
+    """
+
+    def __init__(self, client: Takeover, data: RunDetailOut) -> None:
         self.client = client
         self.data = data
         self._proposals: list[Outcome] = []
@@ -232,22 +180,23 @@ class Run:
         self._finished = False
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
-        self._token = None
+        self._tokens: list[Any] = []
+        self._finish_on_exit: list[bool] = []
 
     def __repr__(self) -> str:
         return f"<Run {self.id} {self.status}>"
 
     @property
     def id(self) -> str:
-        return self.data["id"]
+        return self.data.id
 
     @property
     def status(self) -> str:
-        return self.data["status"]
+        return self.data.status
 
     @property
     def config(self) -> dict:
-        return self.data.get("config") or {}
+        return self.data.config or {}
 
     @property
     def event_id(self) -> str | None:
@@ -257,7 +206,7 @@ class Run:
 
     @property
     def replay_of(self) -> str | None:
-        return self.data.get("replay_of")
+        return self.data.replay_of
 
     def key(self, tool: str, target: str) -> str:
         """The idempotency key of `tool` on `target` for this run's trigger."""
@@ -280,23 +229,25 @@ class Run:
         once with an `Outcome` (new, or `replayed` from the ledger); `.wait()` for the
         result. A 422 `IdempotencyConflict` means this key was used for another intent."""
         key = key or self.key(tool, target)
-        body: dict[str, Any] = {
-            "tool": tool,
-            "target": target,
-            "desired_state": desired_state,
-            "expected_version": expected_version,
-        }
-        if approval_id is not None:
-            body["approval_id"] = approval_id
-        if reason is not None:
-            body["reason"] = reason
-        placeholder = Outcome(self.client, {"tool": tool, "target": target, "state": None})
-        self._proposals.append(placeholder)  # a call whose answer is lost still counts
-        data = self.client.post(f"/runs/{self.id}/actions", body, headers={"Idempotency-Key": key})
-        placeholder._update(data)
-        placeholder.replayed = bool(data.get("replayed"))
-        placeholder.content_changed = bool(data.get("content_changed"))
-        return placeholder
+        outcome = Outcome(self.client, None, tool=tool)
+        self._proposals.append(outcome)  # a call whose answer is lost still counts
+        try:
+            answer = self.client.api.actions_propose(
+                self.id,
+                idempotency_key=key,
+                tool=tool,
+                target=target,
+                desired_state=desired_state,
+                expected_version=expected_version,
+                approval_id=approval_id if approval_id is not None else UNSET,
+                reason=reason if reason is not None else UNSET,
+            )
+        except ApiError:
+            # Refused (400, 404, 409, 422): nothing was created, so nothing was called.
+            self._proposals.remove(outcome)
+            raise
+        outcome._update(answer)
+        return outcome
 
     def record_tool_call(self, tool: str) -> None:
         """Report a tool this run called outside Takeover (sent in `tools_called`)."""
@@ -308,7 +259,7 @@ class Run:
         return sorted(set(_core.tools_called(seen)) | self._extra_tools)
 
     def heartbeat(self) -> None:
-        self.data = self.client.post(f"/runs/{self.id}/heartbeat") or self.data
+        self.client.api.runs_heartbeat(self.id)
 
     def finish(
         self,
@@ -316,22 +267,23 @@ class Run:
         error_message: str = "",
         *,
         tools_called: list[str] | _core.Default | None = _core.DEFAULT,
-    ) -> dict:
+    ) -> RunDetailOut:
         """Finish the run. `tools_called` defaults to what this object proposed; pass None
         when the runtime cannot tell what it called."""
         self._stop_heartbeats()
         if isinstance(tools_called, _core.Default):
             tools_called = self.tools_called
-        body = {"status": status, "error_message": error_message, "tools_called": tools_called}
-        self.data = self.client.post(f"/runs/{self.id}/finish", body)
+        self.data = self.client.api.runs_finish(
+            self.id, status=status, error_message=error_message, tools_called=tools_called
+        )
         self._finished = True
         return self.data
 
     def refresh(self) -> Run:
-        self.data = self.client.get(f"/runs/{self.id}")
+        self.data = self.client.api.runs_retrieve(self.id)
         return self
 
-    # heartbeats and the context manager
+    # heartbeats and the context managers
 
     def start_heartbeats(self, every: float | None = None) -> None:
         every = every or self.client.heartbeat_every
@@ -361,17 +313,23 @@ class Run:
             self._beat.join(timeout=5)
         self._beat = None
 
+    def attach(self) -> Run:
+        """`with run.attach():` the current run, with heartbeats, left running at the end."""
+        self._finish_on_exit.append(False)
+        return self
+
     def __enter__(self) -> Run:
-        self._token = _core.current_run_var.set(self)
+        if len(self._finish_on_exit) == len(self._tokens):
+            self._finish_on_exit.append(True)
+        self._tokens.append(_core.current_run_var.set(self))
         self.start_heartbeats()
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if self._token is not None:
-            _core.current_run_var.reset(self._token)
-            self._token = None
+        _core.current_run_var.reset(self._tokens.pop())
+        finish = self._finish_on_exit.pop()
         self._stop_heartbeats()
-        if self._finished:
+        if self._finished or not finish:
             return
         if exc is None:
             status, message = "success", ""
@@ -390,39 +348,46 @@ class Run:
 
 
 class Outcome:
-    """A proposed action. `replayed`/`content_changed` come from the proposal's answer;
-    `action` is the latest view. `wait()` returns this outcome once it succeeded."""
+    """A proposed action: `action` (an `ActionOut`) is the latest view of it, `action_id`
+    its id; `replayed`/`content_changed` come from the proposal's answer. `wait()` returns
+    this outcome once it succeeded."""
 
-    def __init__(self, client: Takeover, action: dict) -> None:
+    def __init__(self, client: Takeover, action: ActionOut | None, *, tool: str = "") -> None:
         self.client = client
-        self.action = action
-        self.replayed = bool(action.get("replayed"))
-        self.content_changed = bool(action.get("content_changed"))
+        self.action: ActionOut = action  # type: ignore[assignment] -- None until answered
+        self._tool = tool
+        self.replayed = bool(action and action.replayed)
+        self.content_changed = bool(action and action.content_changed)
 
     def __repr__(self) -> str:
-        return f"<Outcome {self.id} {self.state}{' replayed' if self.replayed else ''}>"
+        return f"<Outcome {self.action_id} {self.state}{' replayed' if self.replayed else ''}>"
 
-    def _update(self, action: dict) -> None:
+    def _update(self, action: ActionOut, *, proposal: bool = True) -> None:
         self.action = action
+        if proposal:
+            self.replayed = action.replayed
+            self.content_changed = action.content_changed
 
     @property
-    def id(self) -> str:
-        return self.action["id"]
+    def action_id(self) -> str:
+        return self.action.id
+
+    id = action_id  # the same, by the action's own name
 
     @property
     def state(self) -> str | None:
-        return self.action.get("state")
+        return self.action.state if self.action is not None else None
 
     @property
     def tool(self) -> str:
-        return self.action["tool"]
+        return self.action.tool if self.action is not None else self._tool
 
     @property
     def settled(self) -> bool:
         return self.state in _core.SETTLED
 
     def refresh(self) -> Outcome:
-        self._update(self.client.get(f"/actions/{self.id}"))
+        self._update(self.client.api.actions_retrieve(self.action_id), proposal=False)
         return self
 
     def wait(self, timeout: float = 60.0, *, poll_approval: float = 2.0) -> Outcome:
@@ -435,7 +400,9 @@ class Outcome:
 
         The server may answer a `?wait=` early (it caps concurrent waits per principal), so
         this loops, re-asking with the time that is left; an approval is polled every
-        `poll_approval` seconds, since the server does not hold requests for it.
+        `poll_approval` seconds, since the server does not hold requests for it. An agent
+        that should not hold a thread for an approval pauses instead (the LangGraph and
+        OpenAI Agents guards do): `timeout=0` answers at once.
         """
         deadline = time.monotonic() + timeout
         backoff = 0.1
@@ -445,20 +412,20 @@ class Outcome:
                 raise _core.pending(self.action, timeout)
             if self.state == "awaiting_approval":
                 time.sleep(min(poll_approval, remaining))
-                self._update(self.client.get(f"/actions/{self.id}"))
+                self.refresh()
                 continue
             hold = round(min(_core.MAX_WAIT_PER_REQUEST, remaining), 1)
             asked = time.monotonic()
             before = self.state
             data, response = self.client.request(
                 "GET",
-                f"/actions/{self.id}",
+                f"/actions/{self.action_id}",
                 params={"wait": f"{hold:g}"},
                 timeout=hold + 15,
                 retry_for=max(remaining, 0.0),
                 with_response=True,
             )
-            self._update(data)
+            self._update(ActionOut.from_dict(data), proposal=False)
             pause = _core.wait_pause(self.state, before, asked, hold, response, backoff)
             if pause:
                 time.sleep(min(pause, max(deadline - time.monotonic(), 0)))

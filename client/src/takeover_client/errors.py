@@ -16,7 +16,10 @@ same call may be repeated later (proposals are keyed, so a repeat is safe).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .models import ActionOut, DiffOut
 
 
 class TakeoverError(Exception):
@@ -35,8 +38,25 @@ class ApiError(TakeoverError):
         self.type: str = problem.get("type", "")
         self.slug: str = self.type.rsplit("/", 1)[-1]
         self.detail: str = problem.get("detail") or problem.get("title") or f"HTTP {status}"
-        self.errors: dict[str, list[str]] = problem.get("errors") or {}
-        super().__init__(f"{status} {self.slug or 'error'}: {self.detail}")
+        self.errors: dict[str, Any] = problem.get("errors") or {}
+        message = f"{status} {self.slug or 'error'}: {self.detail}"
+        if fields := field_errors(self.errors):
+            message += " (" + "; ".join(f"{f}: {m}" for f, m in fields) + ")"
+        super().__init__(message)
+
+
+def field_errors(errors: Any, prefix: str = "") -> list[tuple[str, str]]:
+    """[(field, message)] from a problem's `errors`, nested fields dotted (`config.a`)."""
+    if isinstance(errors, dict):
+        found = []
+        for name, value in errors.items():
+            found += field_errors(value, f"{prefix}.{name}" if prefix else str(name))
+        return found
+    if isinstance(errors, list) and all(isinstance(e, str) for e in errors):
+        return [(prefix or "request", " ".join(errors))]
+    if isinstance(errors, list):
+        return [f for i, e in enumerate(errors) for f in field_errors(e, f"{prefix}[{i}]")]
+    return [(prefix or "request", str(errors))]
 
 
 class ValidationError(ApiError):
@@ -129,11 +149,11 @@ class OutcomeError(TakeoverError):
     """The action settled (or stayed) somewhere other than `succeeded`. `action` is the
     server's view of it; `state` its state."""
 
-    def __init__(self, message: str, action: dict[str, Any]) -> None:
+    def __init__(self, message: str, action: ActionOut) -> None:
         super().__init__(message)
         self.action = action
-        self.state: str = action.get("state", "")
-        self.action_id: str = action.get("id", "")
+        self.state: str = action.state
+        self.action_id: str = action.id
 
 
 class Blocked(OutcomeError):
@@ -143,7 +163,7 @@ class Blocked(OutcomeError):
 
     @property
     def reason(self) -> str | None:
-        return self.action.get("block_reason")
+        return self.action.block_reason
 
 
 class Failed(OutcomeError):
@@ -152,7 +172,7 @@ class Failed(OutcomeError):
 
     @property
     def reason(self) -> str | None:
-        return self.action.get("failure_reason")
+        return self.action.failure_reason
 
 
 class Conflict(Failed):
@@ -168,9 +188,9 @@ class NeedsHuman(OutcomeError):
     have been applied."""
 
     @property
-    def diff(self) -> list[dict[str, Any]]:
-        recs = self.action.get("reconciliations") or []
-        return (recs[-1].get("diff") or []) if recs else []
+    def diff(self) -> list[DiffOut]:
+        recs = self.action.reconciliations or []
+        return list(recs[-1].diff or []) if recs else []
 
 
 class Pending(OutcomeError, TimeoutError):

@@ -1,0 +1,356 @@
+"""Generate takeover_client's typed layer from Takeover's OpenAPI schema, or check it.
+
+    python manage.py spectacular --file var/openapi.yaml
+    python client/generate.py var/openapi.yaml            # writes models.py and api.py
+    python client/generate.py --check var/openapi.yaml    # exit 1 and a diff if they differ
+
+`make test` runs the check, so a schema change (a renamed field, a new operation) that the
+client does not follow fails the build; `make client-api` regenerates. Output:
+
+- `src/takeover_client/models.py`: one frozen dataclass per object component of the schema
+  (request bodies and problems aside), named as in the schema; one `Literal` per enum.
+- `src/takeover_client/api.py`: `Api` and `AsyncApi`, one method per operation, named by its
+  operationId (a trailing `_create` dropped on a POST to an action, `tokens_revoke_create`
+  is `tokens_revoke`), path parameters positional, query, header and body fields keyword-only
+  (optional ones default to UNSET: not sent), returning the documented model.
+
+A development tool, not part of the installed package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import keyword
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+PACKAGE = HERE / "src" / "takeover_client"
+PREFIX = "/api/v1"
+HEADER = (
+    '"""{what}\n\nGenerated from the OpenAPI schema by client/generate.py: do not edit by hand."""'
+    "\n"
+)
+SKIPPED_HEADERS = {"X-Takeover-Tenant"}  # the client's own option, on every request
+
+
+def ref_name(ref: str) -> str:
+    return ref.rsplit("/", 1)[-1]
+
+
+def is_request_body(name: str) -> bool:
+    return name.endswith("InRequest")
+
+
+def is_problem(name: str) -> bool:
+    return name.startswith("Problem")
+
+
+def python_name(name: str) -> str:
+    name = re.sub(r"\W", "_", name)
+    return name + "_" if keyword.iskeyword(name) or name in {"id_"} else name
+
+
+class Types:
+    def __init__(self, components: dict[str, Any]) -> None:
+        self.components = components
+
+    def enum(self, name: str) -> bool:
+        return "enum" in self.components.get(name, {})
+
+    def annotation(self, schema: dict[str, Any], *, models: str = "") -> str:
+        """The Python annotation of a schema; `models` prefixes component classes."""
+        nullable = schema.get("nullable", False)
+        if "$ref" in schema:
+            base = self.named(ref_name(schema["$ref"]), models)
+        elif "allOf" in schema and len(schema["allOf"]) == 1:
+            base = self.annotation(schema["allOf"][0], models=models)
+        elif "oneOf" in schema or "anyOf" in schema:
+            options = [
+                self.annotation(s, models=models)
+                for s in schema.get("oneOf") or schema["anyOf"]
+                if ref_name(s.get("$ref", "")) != "NullEnum"
+            ]
+            base = " | ".join(dict.fromkeys(options))
+        elif "enum" in schema:
+            base = "Literal[" + ", ".join(repr(v) for v in schema["enum"] if v is not None) + "]"
+        else:
+            kind = schema.get("type")
+            if kind == "string":
+                base = "datetime" if schema.get("format") == "date-time" else "str"
+                if schema.get("format") == "binary":
+                    base = "bytes | tuple[str, bytes]"
+            elif kind == "integer":
+                base = "int"
+            elif kind == "number":
+                base = "float"
+            elif kind == "boolean":
+                base = "bool"
+            elif kind == "array":
+                base = f"list[{self.annotation(schema.get('items', {}), models=models)}]"
+            elif kind == "object":
+                base = "dict[str, Any]"
+            else:
+                base = "Any"
+        if nullable and base != "Any" and "None" not in base:
+            base += " | None"
+        return base
+
+    def named(self, name: str, models: str) -> str:
+        if name == "NullEnum":
+            return "None"
+        return f"{models}{name}"
+
+
+def docstring(text: str, indent: str) -> str:
+    text = (text or "").strip().replace("\\", "\\\\").replace('"""', "'''")
+    if not text:
+        return ""
+    first = text.split("\n\n", 1)[0].replace("\n", " ")
+    lines = textwrap.wrap(first, width=94 - len(indent), break_on_hyphens=False)
+    return indent + '"""' + ("\n" + indent).join(lines) + '"""\n'
+
+
+def render_models(document: dict[str, Any]) -> str:
+    components = document["components"]["schemas"]
+    types = Types(components)
+    out = [
+        HEADER.format(what="The API's resources, typed: one dataclass per schema component."),
+        "from __future__ import annotations\n",
+        "from dataclasses import dataclass",
+        "from datetime import datetime",
+        "from typing import Any, Literal\n",
+        "from ._model import Model\n",
+    ]
+    for name in sorted(components):
+        schema = components[name]
+        if name == "NullEnum" or is_problem(name) or is_request_body(name):
+            continue
+        if "enum" in schema:
+            values = ", ".join(repr(v) for v in schema["enum"] if v is not None)
+            out.append(f"{name} = Literal[{values}]\n")
+    for name in sorted(components):
+        schema = components[name]
+        if "enum" in schema or is_problem(name) or is_request_body(name):
+            continue
+        if schema.get("type") != "object":
+            continue
+        out.append("\n@dataclass(frozen=True, kw_only=True)")
+        out.append(f"class {name}(Model):")
+        out.append(docstring(schema.get("description") or f"The `{name}` schema.", "    "))
+        required = set(schema.get("required", []))
+        for field, prop in schema.get("properties", {}).items():
+            annotation = types.annotation(prop)
+            line = f"    {python_name(field)}: {annotation}"
+            if field not in required:
+                line += " = None" if "None" in annotation else " | None = None"
+            out.append(line)
+            if prop.get("description"):
+                out.append(docstring(prop["description"], "    ").rstrip("\n"))
+        out.append("")
+    return "\n".join(out)
+
+
+def method_name(operation_id: str, method: str, path: str) -> str:
+    if method == "post" and operation_id.endswith("_create") and re.search(r"}/[\w-]+$", path):
+        return operation_id[: -len("_create")]
+    return operation_id
+
+
+class Operation:
+    def __init__(self, types: Types, path: str, method: str, op: dict[str, Any]) -> None:
+        self.types = types
+        self.path = path[len(PREFIX) :]
+        self.method = method.upper()
+        self.name = method_name(op["operationId"], method, path)
+        self.doc = op.get("description") or op.get("summary") or ""
+        self.path_params: list[tuple[str, str]] = []
+        # (python name, annotation, required, where: query/header/body/file, name on the wire)
+        self.keywords: list[tuple[str, str, bool, str, str]] = []
+        for param in op.get("parameters", []):
+            if param["in"] == "header" and param["name"] in SKIPPED_HEADERS:
+                continue
+            annotation = types.annotation(param.get("schema", {}), models="models.")
+            py = python_name(param["name"].lower().replace("-", "_"))
+            if param["in"] == "path":
+                self.path_params.append((py, annotation))
+            else:
+                self.keywords.append(
+                    (py, annotation, param.get("required", False), param["in"], param["name"])
+                )
+        body = op.get("requestBody", {}).get("content", {})
+        self.files: list[str] = []
+        json_schema = body.get("application/json", {}).get("schema")
+        if json_schema is not None:
+            resolved = types.components[ref_name(json_schema["$ref"])]
+            required = set(resolved.get("required", []))
+            for field, prop in resolved.get("properties", {}).items():
+                annotation = types.annotation(prop, models="models.")
+                self.keywords.append(
+                    (python_name(field), annotation, field in required, "body", field)
+                )
+        multipart = body.get("multipart/form-data", {}).get("schema")
+        if multipart is not None and json_schema is not None:
+            for field, prop in types.components[ref_name(multipart["$ref"])]["properties"].items():
+                if prop.get("format") == "binary":
+                    self.files.append(field)
+                    self.keywords = [k for k in self.keywords if k[4] != field]
+                    self.keywords.append(
+                        (python_name(field), "bytes | tuple[str, bytes]", False, "file", field)
+                    )
+        self.returns: dict[int, str | None] = {}
+        for status, response in op["responses"].items():
+            if not status.startswith("2"):
+                continue
+            schema = response.get("content", {}).get("application/json", {}).get("schema")
+            self.returns[int(status)] = ref_name(schema["$ref"]) if schema else None
+
+    def signature(self, asynchronous: bool) -> str:
+        params = ["self", *(f"{py}: str" for py, _ in self.path_params)]
+        keywords = sorted(self.keywords, key=lambda k: not k[2])  # required first
+        if keywords:
+            params.append("*")
+        for py, annotation, required, _, _ in keywords:
+            params.append(f"{py}: {annotation}" if required else f"{py}: {annotation} = UNSET")
+        results = [f"models.{r}" if r else "None" for r in dict.fromkeys(self.returns.values())]
+        returns = " | ".join(results)
+        prefix = "async def" if asynchronous else "def"
+        return f"    {prefix} {self.name}({', '.join(params)}) -> {returns}:"
+
+    def body(self, asynchronous: bool) -> list[str]:
+        def group(where: str) -> str:
+            items = [f"{wire!r}: {py}" for py, _, _, w, wire in self.keywords if w == where]
+            return "{" + ", ".join(items) + "}"
+
+        path_args = ", ".join(f"{py!r}: {py}" for py, _ in self.path_params)
+        returns = ", ".join(
+            f"{status}: {'models.' + r if r else 'None'}" for status, r in self.returns.items()
+        )
+        call = "await self._call" if asynchronous else "self._call"
+        what = f"{self.method} {PREFIX}{self.path}" + (f": {self.doc}" if self.doc else "")
+        lines = [docstring(what, "        ").rstrip()]
+        lines.append(f"        return {call}(")
+        lines.append(f"            {self.method!r},")
+        lines.append(f"            {self.path!r},")
+        lines.append(f"            {{{path_args}}},")
+        lines.append(f"            query={group('query')},")
+        lines.append(f"            headers={group('header')},")
+        has_body = any(w == "body" for _, _, _, w, _ in self.keywords)
+        lines.append(f"            body={group('body') if has_body else None},")
+        if self.files:
+            lines.append(f"            files={group('file')},")
+        lines.append(f"            returns={{{returns}}},")
+        lines.append("        )")
+        return lines
+
+
+def render_api(document: dict[str, Any]) -> str:
+    types = Types(document["components"]["schemas"])
+    operations = [
+        Operation(types, path, method, op)
+        for path, item in document["paths"].items()
+        if path.startswith(PREFIX + "/")
+        for method, op in item.items()
+        if method in {"get", "post", "put", "patch", "delete"}
+    ]
+    operations.sort(key=lambda o: o.name)
+    out = [
+        HEADER.format(
+            what="Every operation of Takeover's HTTP API v1, typed: `client.api.<operation>`."
+        ),
+        "from __future__ import annotations\n",
+        "from typing import Any, Literal\n",
+        "from . import models",
+        "from ._api import AsyncBase, SyncBase",
+        "from ._model import UNSET\n",
+        f"OPERATIONS = {sorted(o.name for o in operations)!r}\n",
+    ]
+    for asynchronous in (False, True):
+        cls = "AsyncApi(AsyncBase)" if asynchronous else "Api(SyncBase)"
+        what = "with `await`" if asynchronous else "synchronous"
+        out.append(f"\nclass {cls}:")
+        out.append(
+            f'    """Every operation of the schema, {what}; results are `models` dataclasses."""\n'
+        )
+        for op in operations:
+            out.append(op.signature(asynchronous))
+            out.extend(op.body(asynchronous))
+            out.append("")
+    return "\n".join(out)
+
+
+def formatted(source: str, name: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--stdin-filename", name, "-"],
+        input=source,
+        capture_output=True,
+        text=True,
+        cwd=HERE.parent,
+        check=True,
+    )
+    fixed = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--fix-only", "-q", "--stdin-filename", name, "-"],
+        input=done.stdout,
+        capture_output=True,
+        text=True,
+        cwd=HERE.parent,
+        check=False,
+    )
+    return fixed.stdout or done.stdout
+
+
+def render(document: dict[str, Any]) -> dict[Path, str]:
+    return {
+        PACKAGE / "models.py": formatted(render_models(document), "models.py"),
+        PACKAGE / "api.py": formatted(render_api(document), "api.py"),
+    }
+
+
+def differences(document: dict[str, Any]) -> str:
+    """A unified diff between the committed client and what the schema generates ("" when
+    they agree)."""
+    diff = []
+    for path, text in render(document).items():
+        current = path.read_text() if path.exists() else ""
+        diff += difflib.unified_diff(
+            current.splitlines(keepends=True),
+            text.splitlines(keepends=True),
+            f"{path.relative_to(HERE.parent)} (committed)",
+            f"{path.relative_to(HERE.parent)} (from the schema)",
+        )
+    return "".join(diff)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("schema", type=Path, help="the OpenAPI schema (YAML or JSON)")
+    parser.add_argument("--check", action="store_true", help="only compare; exit 1 on a diff")
+    args = parser.parse_args(argv)
+    document = yaml.safe_load(args.schema.read_text())
+    if args.check:
+        diff = differences(document)
+        if diff:
+            sys.stdout.write(diff)
+            print(
+                "\nThe client (takeover_client.models / .api) does not match the API schema. "
+                "If the schema change is intended, run `make client-api` and commit the result.",
+                file=sys.stderr,
+            )
+            return 1
+        print("takeover_client.models and .api match the schema")
+        return 0
+    for path, text in render(document).items():
+        path.write_text(text)
+        print(f"wrote {path.relative_to(HERE.parent)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

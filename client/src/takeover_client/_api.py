@@ -1,0 +1,104 @@
+"""What the generated `Api` and `AsyncApi` (takeover_client.api) stand on: one call, typed."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+from ._model import Model, Unset
+from .signing import segment
+
+
+def _given(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if not isinstance(v, Unset)}
+
+
+def _request(
+    path: str,
+    path_params: dict[str, str],
+    query: dict[str, Any],
+    headers: dict[str, Any],
+    body: dict[str, Any] | None,
+    files: dict[str, Any] | None,
+) -> tuple[str, dict[str, Any]]:
+    """The path and the httpx arguments of one call."""
+    url = path.format(**{k: segment(str(v)) for k, v in path_params.items()})
+    kwargs: dict[str, Any] = {}
+    if query := _given(query):
+        kwargs["params"] = {k: ",".join(v) if isinstance(v, list) else v for k, v in query.items()}
+    if headers := _given(headers):
+        kwargs["headers"] = {k: str(v) for k, v in headers.items()}
+    files = _given(files or {})
+    if files:
+        # multipart/form-data: fields as text (objects as JSON), files as (name, bytes).
+        kwargs["data"] = {
+            k: json.dumps(v) if isinstance(v, dict | list) else str(v)
+            for k, v in _given(body or {}).items()
+        }
+        kwargs["files"] = {k: v if isinstance(v, tuple) else (k, v) for k, v in files.items()}
+    elif body is not None:
+        kwargs["json"] = _given(body)
+    return url, kwargs
+
+
+def _result(returns: dict[int, type[Model] | None], data: Any, status: int) -> Any:
+    cls = returns.get(status)
+    if cls is None:
+        return None
+    return cls.from_dict(data)
+
+
+class SyncBase:
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def _call(self, method, path, path_params, *, query, headers, body, returns, files=None):
+        url, kwargs = _request(path, path_params, query, headers, body, files)
+        data, response = self._client.request(method, url, with_response=True, **kwargs)
+        return _result(returns, data, response.status_code)
+
+    def every(self, operation: Callable[..., Any], /, *, limit: int | None = None, **params):
+        """Every item of a list operation, following `next` cursors (at most `limit`):
+        `for action in client.api.every(client.api.queue_list, state=["unknown"]): ...`"""
+        return _every(operation, limit, params)
+
+
+def _every(operation, limit, params) -> Iterator[Any]:
+    cursor, count = Unset(), 0
+    while True:
+        page = operation(cursor=cursor, **params)
+        for item in page.results:
+            yield item
+            count += 1
+            if limit is not None and count >= limit:
+                return
+        if not page.next:
+            return
+        cursor = page.next
+
+
+class AsyncBase:
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    async def _call(self, method, path, path_params, *, query, headers, body, returns, files=None):
+        url, kwargs = _request(path, path_params, query, headers, body, files)
+        data, response = await self._client.request(method, url, with_response=True, **kwargs)
+        return _result(returns, data, response.status_code)
+
+    async def every(
+        self, operation: Callable[..., Any], /, *, limit: int | None = None, **params
+    ) -> AsyncIterator[Any]:
+        """`SyncBase.every`, as an async iterator."""
+        cursor, count = Unset(), 0
+        while True:
+            page = await operation(cursor=cursor, **params)
+            for item in page.results:
+                yield item
+                count += 1
+                if limit is not None and count >= limit:
+                    return
+            if not page.next:
+                return
+            cursor = page.next
