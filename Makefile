@@ -63,7 +63,9 @@ clean:
 # pins. Re-run after changing a dependency there; pip-tools lives in its own .venv-tools.
 TOOLS_VENV := .venv-tools
 LOCK := --quiet --generate-hashes --strip-extras --allow-unsafe --no-emit-index-url \
-	--no-emit-find-links --custom-compile-command "make lock"
+	--no-emit-find-links
+# pip-compile writes this as "the command that made the file".
+lock: export CUSTOM_COMPILE_COMMAND := make lock
 lock:
 	test -x $(TOOLS_VENV)/bin/python || $(PYTHON) -m venv $(TOOLS_VENV)
 	$(TOOLS_VENV)/bin/pip install --quiet pip-tools==7.6.2
