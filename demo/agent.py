@@ -157,6 +157,23 @@ class World:
             body.update(prefix=prefix, target=target)
         return self._call("POST", "/_control/faults", body) is not None
 
+    def try_around_takeover(self) -> None:
+        """Once, at start: call the ticket tool directly, as an agent routing around
+        approvals and the ledger would. The tool verifies Takeover's signature and refuses."""
+        body = {"action_id": "none", "tenant": "demo", "principal": "demo-agent"}
+        try:
+            response = self.client.post(
+                "/tickets/effects", json=body, headers={"Idempotency-Key": "around-takeover"}
+            )
+        except httpx.HTTPError as exc:
+            log(f"direct call to the tool failed ({type(exc).__name__})")
+            return
+        verdict = "refused" if response.status_code == 401 else "NOT refused"
+        log(
+            f"tried the ticket tool directly, around Takeover: {verdict} "
+            f"({response.status_code} {response.text[:120]})"
+        )
+
     def clear_faults(self) -> None:
         self._call("DELETE", "/_control/faults")
 
@@ -175,11 +192,13 @@ class World:
         return self._call("POST", "/_control/external-write", body) is not None
 
     def read(self, prefix: str, target: str) -> tuple[dict, int] | None:
-        response = self._call("GET", f"/{prefix}/state/{target}")
-        if response is None or response.status_code == 404:
+        """What the system holds, as the rest of the world sees it (the control API: the
+        tool's own endpoints answer only calls signed by Takeover)."""
+        response = self._call("GET", "/_control/records")
+        record = (response.json().get(prefix) or {}).get(target) if response else None
+        if record is None:
             return None
-        body = response.json()
-        return body["state"], body["version"]
+        return record["state"], record["version"]
 
     def mutations(self, prefix: str, target: str) -> int | None:
         response = self._call("GET", "/_control/stats")
@@ -925,7 +944,9 @@ def main(argv: list[str] | None = None) -> None:
     # A minute of retries rides out a restart of the web process or a database blip without
     # losing the run in hand.
     client = Takeover(args.url, token, retry_for=60, timeout=WAIT_SECONDS + 25)
-    agent = Agent(client, World(args.downstream), stop)
+    world = World(args.downstream)
+    world.try_around_takeover()
+    agent = Agent(client, world, stop)
     try:
         agent.loop()
     except Unauthenticated as exc:

@@ -104,6 +104,9 @@ class DemoSetup:
     agent_token_file: Path
     logins: list[DemoLogin] = field(default_factory=list)
     created: list[str] = field(default_factory=list)
+    # The signing secrets of the demo's tools at the demo downstream, which `make run` hands
+    # to it: it refuses calls that do not carry Takeover's signature.
+    tool_secrets: list[str] = field(default_factory=list)
 
 
 def _token_valid(path: Path, **owner) -> bool:
@@ -189,7 +192,10 @@ def demo_setup(*, downstream_url: str, var_dir: Path) -> DemoSetup:
                 tool_declare(
                     tool,
                     actor=DEMO,
-                    reason="make run: what the demo downstream offers (issue 13)",
+                    reason="make run: what the demo downstream offers",
                     **declared,
                 )
+    base = downstream_url.rstrip("/") + "/"
+    for tool in Tool.objects.filter(tenant=tenant, base_url__startswith=base):
+        result.tool_secrets.extend(tool.signing_secrets())
     return result

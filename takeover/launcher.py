@@ -222,7 +222,10 @@ class Launcher:
             # The filesystem transport has no fanout: nothing to mingle or gossip with.
             worker += " --without-gossip --without-mingle --without-heartbeat"
         beat = "-m celery -A takeover beat --loglevel INFO -s"
-        downstream = f"--port {self.downstream_port}" + ("" if self.verbose else " --quiet")
+        # The demo tools verify Takeover's signature, as a real tool should: an agent calling
+        # one directly, around approvals and the ledger, is refused (`hand_over_secrets`).
+        downstream = f"--port {self.downstream_port} --require-signature"
+        downstream += "" if self.verbose else " --quiet"
         py = sys.executable
         return [
             ("downstream", [py, str(ROOT / "demo/downstream.py"), *downstream.split()]),
@@ -250,6 +253,22 @@ class Launcher:
         if not self.stopping.is_set():
             self.out.say(f"\nTakeover: {signal.Signals(signum).name} received, stopping…")
         self.stopping.set()
+
+    def hand_over_secrets(self, secrets: list[str]) -> bool:
+        """Give the demo downstream the signing secrets of the tools registered at it: a
+        real tool's owner would configure them from the registration's answer."""
+        import httpx
+
+        deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+        while not port_open(self.downstream_port):
+            if self.stopping.is_set() or self.dead_child() or time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
+        url = f"http://127.0.0.1:{self.downstream_port}/_control/secrets"
+        with httpx.Client(timeout=5, trust_env=False) as client:
+            for secret in secrets:
+                client.post(url, json={"secret": secret}).raise_for_status()
+        return True
 
     def wait_ready(self) -> bool:
         """Until web and downstream accept connections; False if we were stopped or a
@@ -319,7 +338,13 @@ class Launcher:
             if self.stopping.is_set():
                 return 0
             env = self.child_env()
-            for name, argv in self.children_for(broker):
+            children = self.children_for(broker)
+            # The downstream first, with its tools' secrets handed over, before any worker
+            # can dispatch to it (a refused call would fail the action as rejected).
+            self.start(*children[0], env)
+            if not self.hand_over_secrets(seeded.tool_secrets):
+                return 1
+            for name, argv in children[1:]:
                 self.start(name, argv, env)
             ready = self.wait_ready()
             if ready:
