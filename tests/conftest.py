@@ -20,6 +20,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 from django.db import connection, connections
+from django.db.models.signals import post_save
 
 from . import invariants
 from .builders import SETUP, World, make_world  # noqa: F401 -- SETUP: tests import it from here
@@ -148,7 +149,14 @@ class Downstream:
         )
 
     def read(self, target, prefix="tickets"):
+        """GET the tool's state endpoint directly: a tool call like any other (refused by a
+        downstream that requires Takeover's signature)."""
         return httpx.get(f"{self.url}/{prefix}/state/{quote(target, safe='')}", timeout=5)
+
+    def record(self, target, prefix="tickets") -> dict | None:
+        """What the system holds for `target` (`{"state", "version"}`), through the control
+        API, as the rest of the world sees it."""
+        return self.control("GET", "records").get(prefix, {}).get(target)
 
 
 def start_downstream(host="127.0.0.1", *args, stderr=subprocess.DEVNULL) -> Downstream:
@@ -174,8 +182,15 @@ def downstream(django_db_setup, django_db_blocker):
     """The demo downstream, shared by the run. Its teardown, at the end of the run, checks
     the global invariants over everything the suite did (tests/invariants.py): a breach
     fails the run as an error at teardown, naming each breach."""
-    ds = start_downstream()
+    from core.models import Tool
+
+    ds = start_downstream("127.0.0.1", "--require-signature")
+    # As a tool's owner would, the downstream is given each tool's signing secret when the
+    # tool is registered (or its secret rotated): it refuses every call that does not carry
+    # Takeover's signature, so every test that reaches it proves its calls are signed.
+    post_save.connect(_hand_over_secrets(ds), sender=Tool, weak=False, dispatch_uid="tests.secrets")
     yield ds
+    post_save.disconnect(sender=Tool, dispatch_uid="tests.secrets")
     try:
         with django_db_blocker.unblock():
             found = invariants.breaches(ds)
@@ -183,6 +198,15 @@ def downstream(django_db_setup, django_db_blocker):
         ds.process.terminate()
         ds.process.wait(10)
     assert found == [], "global invariants broken:\n" + "\n".join(found)
+
+
+def _hand_over_secrets(ds):
+    def hand_over(sender, instance, **kwargs):
+        if instance.base_url.startswith(ds.url + "/"):
+            for secret in instance.signing_secrets():
+                ds.control("POST", "secrets", {"secret": secret})
+
+    return hand_over
 
 
 # --- Celery workers ------------------------------------------------------------------------

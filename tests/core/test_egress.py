@@ -187,7 +187,8 @@ def test_a_localhost_only_allowlist_reaches_a_tool_on_localhost(world, downstrea
     )
     assert response.status_code == 201, response.content
     with egress.egress_client(5) as client:
-        assert client.get(f"http://localhost:{port}/tickets/state/none").status_code == 404
+        # Connected: the tool answers (refusing an unsigned read, as it should).
+        assert client.get(f"http://localhost:{port}/tickets/state/none").status_code == 401
         with pytest.raises(httpx.ConnectError):
             client.get(f"http://127.0.0.1:{port}/tickets/state/none")
 
@@ -237,13 +238,14 @@ def test_the_connect_time_check_uses_the_resolved_address(downstream, monkeypatc
         client.get(url)
     answer["rebind.test"] = "127.0.0.1"
     with egress.egress_client(2) as client:
-        assert client.get(url).status_code == 404  # the demo downstream answered
+        assert client.get(url).status_code == 401  # the demo downstream answered (unsigned)
 
 
 def test_the_client_ignores_proxies_and_redirects(downstream, monkeypatch):
     monkeypatch.setenv("HTTP_PROXY", "http://169.254.169.254:80")
     with egress.egress_client(2) as client:
-        assert client.get(f"{downstream.url}/tickets/state/nope").status_code == 404
+        # Connected: the tool answers (and refuses an unsigned read, as it should).
+        assert client.get(f"{downstream.url}/tickets/state/nope").status_code == 401
         assert client.follow_redirects is False
 
 

@@ -72,7 +72,7 @@ def test_example_goes_through_takeover_and_hits_the_ledger_the_second_time(
     assert second["run"] != first["run"]
 
     assert world.downstream.mutations(ticket) == 1
-    assert world.downstream.read(ticket).json()["state"] == {"status": "solved"}
+    assert world.downstream.record(ticket)["state"] == {"status": "solved"}
     runs = world.agent.client().get("/api/v1/runs").json()["results"]
     by_id = {r["id"]: r for r in runs}
     assert by_id[first["run"]]["status"] == "success"
