@@ -63,6 +63,13 @@ class ResolveIn(serializers.Serializer):
         help_text="The id of the reconciliation read the decision was made on; refused (409) "
         "unless it is the latest read. Without it, the latest read must be fresh.",
     )
+    take_over = StrictBooleanField(
+        required=False,
+        default=False,
+        help_text="Resolve an action another operator has claimed (in the console), taking it "
+        "over from them. Without it, such an action is refused (409 state-conflict, naming "
+        "who holds it).",
+    )
 
 
 class NoteIn(serializers.Serializer):

@@ -29,7 +29,7 @@ from core.api.pagination import keyset_page
 from core.api.parsers import StrictJSONParser, refused
 from core.api.permissions import require_operator, require_principal
 from core.api.problems import problem
-from core.errors import StateConflict, ValidationFailed
+from core.errors import ValidationFailed
 from core.models import Principal, Role, Tool
 from core.selectors import audit_events
 from core.services import (
@@ -321,15 +321,7 @@ def run_replay(request, pk):
     fields = valid(s.ReplayIn, body_object(request) if request.body else {})
     caller = request.user
     if fields["force"]:
-        require_operator(request, Role.ADMIN)
-        if not fields["reason"].strip():
-            raise ValidationFailed(
-                "A forced replay needs a reason.", {"reason": ["Required when force is true."]}
-            )
-    if fields["force"]:
-        new_run, waiting = replay.run_force_replay(
-            run, reason=fields["reason"].strip(), actor=caller.actor
-        )
+        new_run, waiting = replay.run_force_replay(run, reason=fields["reason"], actor=caller.actor)
         if waiting is not None:
             return Response(present.force_request_dict(waiting), status=202)
     else:
@@ -609,10 +601,6 @@ def action_detail(request, pk):
 def action_reconcile(request, pk):
     require_operator(request, Role.ONCALL)
     action = selectors.action_for(request.user, pk, with_history=True)
-    if action.state not in {"unknown", "needs_human"}:
-        raise StateConflict(
-            f"Only an unknown or needs_human action can be re-checked; this one is {action.state}."
-        )
     decisions.action_recheck(action.pk, actor=request.user.actor)
     return Response(present.action_dict(selectors.action_for(request.user, pk, with_history=True)))
 
@@ -627,14 +615,13 @@ def action_resolve(request, pk):
     require_operator(request, Role.ONCALL)
     action = selectors.action_for(request.user, pk, with_history=True)
     fields = valid(s.ResolveIn, body_object(request))
-    if not fields["reason"].strip():
-        raise ValidationFailed("A reason is required.", {"reason": ["Say why."]})
     decisions.action_resolve(
         action,
         outcome=fields["outcome"],
-        reason=fields["reason"].strip(),
+        reason=fields["reason"],
         actor=request.user.actor,
         based_on_read=fields["based_on_read"],
+        take_over=fields["take_over"],
     )
     return Response(present.action_dict(selectors.action_for(request.user, pk, with_history=True)))
 

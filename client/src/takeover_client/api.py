@@ -123,6 +123,7 @@ class Api(SyncBase):
         outcome: models.ResolveOutcomeEnum,
         reason: str,
         based_on_read: int | None = UNSET,
+        take_over: bool | None = UNSET,
     ) -> models.ActionOut:
         """POST /api/v1/actions/{id}/resolve"""
         return self._call(
@@ -131,7 +132,12 @@ class Api(SyncBase):
             {"id": id},
             query={},
             headers={},
-            body={"outcome": outcome, "reason": reason, "based_on_read": based_on_read},
+            body={
+                "outcome": outcome,
+                "reason": reason,
+                "based_on_read": based_on_read,
+                "take_over": take_over,
+            },
             returns={200: models.ActionOut},
         )
 
@@ -819,6 +825,7 @@ class AsyncApi(AsyncBase):
         outcome: models.ResolveOutcomeEnum,
         reason: str,
         based_on_read: int | None = UNSET,
+        take_over: bool | None = UNSET,
     ) -> models.ActionOut:
         """POST /api/v1/actions/{id}/resolve"""
         return await self._call(
@@ -827,7 +834,12 @@ class AsyncApi(AsyncBase):
             {"id": id},
             query={},
             headers={},
-            body={"outcome": outcome, "reason": reason, "based_on_read": based_on_read},
+            body={
+                "outcome": outcome,
+                "reason": reason,
+                "based_on_read": based_on_read,
+                "take_over": take_over,
+            },
             returns={200: models.ActionOut},
         )
 
