@@ -117,8 +117,7 @@ def check_recheck(action, *, actor: Actor) -> Refusal | None:
         return refusal
     if not is_resolvable(action):
         return Refusal(
-            "Only an unknown or needs_human action can be re-checked; this one is "
-            f"{action.state}."
+            f"Only an unknown or needs_human action can be re-checked; this one is {action.state}."
         )
     return None
 
@@ -146,8 +145,7 @@ def check_resolve(
         return refusal
     if not is_resolvable(action):
         return Refusal(
-            "Only an unknown or needs_human action can be resolved; this one is "
-            f"{action.state}."
+            f"Only an unknown or needs_human action can be resolved; this one is {action.state}."
         )
     if (holder := held_by_other(action, actor)) and not take_over:
         return Refusal(
@@ -177,9 +175,7 @@ def check_acknowledge(action, *, actor: Actor) -> Refusal | None:
     if refusal := missing_role(actor, Role.ONCALL):
         return refusal
     if action.state != ActionState.BLOCKED:
-        return Refusal(
-            f"Only a blocked action can be acknowledged; this one is {action.state}."
-        )
+        return Refusal(f"Only a blocked action can be acknowledged; this one is {action.state}.")
     if action.acknowledged_at:
         who = action.acknowledged_by or {}
         return Refusal(

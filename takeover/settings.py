@@ -98,6 +98,7 @@ INSTALLED_APPS = [
     "axes",
     "csp",
     "core",
+    "notifications",
     "ledger",
     "approvals",
     "runs",
@@ -473,7 +474,7 @@ RESOLVE_READ_MAX_AGE_SECONDS = env_float("RESOLVE_READ_MAX_AGE_SECONDS", 60)
 # older than this (on-call only; the read is side-effect free).
 CONSOLE_REREAD_AFTER_SECONDS = env_float("CONSOLE_REREAD_AFTER_SECONDS", 10)
 
-# Notifications (core/notifications.py): signed webhooks, Slack-compatible webhooks and
+# Notifications (the notifications app): signed webhooks, Slack-compatible webhooks and
 # e-mail, configured per tenant by admins in the console. Deliveries are rows the workers
 # claim like actions; a failed attempt is retried after NOTIFY_BACKOFF_BASE_SECONDS, doubling
 # up to NOTIFY_BACKOFF_MAX_SECONDS, NOTIFY_MAX_ATTEMPTS times in all.
