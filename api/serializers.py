@@ -2,7 +2,10 @@
 
 from rest_framework import serializers
 
-from core.api.fields import (
+from core.models import Role, ToolEffect
+from runs.states import RunStatus, Trigger
+
+from .fields import (
     JSONObjectField,
     StrictBooleanField,
     StrictCharField,
@@ -11,8 +14,6 @@ from core.api.fields import (
     StrictUUIDField,
     StringListField,
 )
-from core.models import Role, ToolEffect
-from runs.states import RunStatus, Trigger
 
 MAX_TTL_SECONDS = 30 * 24 * 3600
 

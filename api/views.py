@@ -24,13 +24,9 @@ from approvals.selectors import (
     approval_requests_of,
     approvals_of,
 )
-from core.api import jsonsafe
-from core.api.pagination import keyset_page
-from core.api.parsers import StrictJSONParser, refused
-from core.api.permissions import require_operator, require_principal
-from core.api.problems import problem
 from core.errors import ValidationFailed
 from core.models import Principal, Role, Tool
+from core.pagination import keyset_page
 from core.selectors import audit_events
 from core.services import (
     principal_create,
@@ -56,8 +52,12 @@ from runs.propose import action_propose
 from runs.states import IN_PROGRESS, OPEN_FOR_HUMANS, RunStatus
 from runs.waits import WaitRefused, waiters
 
+from . import jsonsafe
 from . import schema as o
 from . import serializers as s
+from .parsers import StrictJSONParser, refused
+from .permissions import require_operator, require_principal
+from .problems import problem
 from .schema import errors_for, ok
 
 RUN_409 = {409: ["run-not-running", "state-conflict"]}

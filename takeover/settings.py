@@ -297,16 +297,16 @@ TOOL_URL_ALLOWLIST = os.environ.get("TOOL_URL_ALLOWLIST", "localhost,127.0.0.0/8
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "core.api.auth.BearerTokenAuthentication",
-        "core.api.auth.ConsoleSessionAuthentication",
+        "api.auth.BearerTokenAuthentication",
+        "api.auth.ConsoleSessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["core.api.permissions.IsAuthenticatedCaller"],
+    "DEFAULT_PERMISSION_CLASSES": ["api.permissions.IsAuthenticatedCaller"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": [
-        "core.api.parsers.StrictJSONParser",
+        "api.parsers.StrictJSONParser",
         "rest_framework.parsers.MultiPartParser",
     ],
-    "EXCEPTION_HANDLER": "core.api.problems.exception_handler",
+    "EXCEPTION_HANDLER": "api.problems.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "api.schema.AutoSchema",
     "UNAUTHENTICATED_USER": None,
 }
