@@ -1,4 +1,4 @@
-"""The API's resources, typed: one dataclass per schema component.
+"""The API's resources shared by several parts of the API, typed: one dataclass each.
 
 Generated from the OpenAPI schema by client/generate.py: do not edit by hand."""
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from ._model import Model
+from .._model import Model
 
 ActionStateEnum = Literal[
     "awaiting_approval",
@@ -147,15 +147,6 @@ class ActionOut(Model):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ActionPage(Model):
-    """The `ActionPage` schema."""
-
-    results: list[ActionOut]
-    next: str | None
-    """Pass as `cursor` for the next page; null at the end."""
-
-
-@dataclass(frozen=True, kw_only=True)
 class ActionSummaryOut(Model):
     """The `ActionSummaryOut` schema."""
 
@@ -176,67 +167,6 @@ class ActorOut(Model):
 
     kind: ActorOutKindEnum
     name: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class ApprovalOut(Model):
-    """The `ApprovalOut` schema."""
-
-    principal: str
-    tool: str
-    target: str
-    desired_state: dict[str, Any]
-    expected_version: int | None
-    id: str
-    state: ApprovalStateEnum
-    tenant: str
-    expires_at: datetime
-    granted_by: ActorOut
-    granted_at: datetime
-    consumed_by_action: str | None
-    consumed_at: datetime | None
-    request: str | None
-    """The approval request it answered."""
-    revoked_at: datetime | None
-    revoke_reason: str | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class ApprovalPage(Model):
-    """The `ApprovalPage` schema."""
-
-    results: list[ApprovalOut]
-    next: str | None
-    """Pass as `cursor` for the next page; null at the end."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class ApprovalRequestOut(Model):
-    """The `ApprovalRequestOut` schema."""
-
-    principal: str
-    tool: str
-    target: str
-    desired_state: dict[str, Any]
-    expected_version: int | None
-    id: str
-    action: str
-    state: ApprovalRequestStateEnum
-    tenant: str
-    created_at: datetime
-    expires_at: datetime | None
-    decided_by: ActorOut | None
-    decided_at: datetime | None
-    reason: str | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class ApprovalRequestPage(Model):
-    """The `ApprovalRequestPage` schema."""
-
-    results: list[ApprovalRequestOut]
-    next: str | None
-    """Pass as `cursor` for the next page; null at the end."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -271,15 +201,6 @@ class AuditEventOut(Model):
     after: Any
     reason: str
     request_id: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class AuditEventPage(Model):
-    """The `AuditEventPage` schema."""
-
-    results: list[AuditEventOut]
-    next: str | None
-    """Pass as `cursor` for the next page; null at the end."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -332,19 +253,6 @@ class BulkKeyOut(Model):
 
 
 @dataclass(frozen=True, kw_only=True)
-class BulkPlanOut(Model):
-    """The `BulkPlanOut` schema."""
-
-    operation: BulkPlanOutOperationEnum
-    outcome: ResolveOutcomeEnum | None
-    reason: str
-    force: bool
-    signature: str
-    """Pass it to /bulk/apply to confirm exactly this plan."""
-    items: list[BulkItemOut]
-
-
-@dataclass(frozen=True, kw_only=True)
 class BulkResultItemOut(Model):
     """The `BulkResultItemOut` schema."""
 
@@ -375,14 +283,6 @@ class BulkResultItemOut(Model):
 
 
 @dataclass(frozen=True, kw_only=True)
-class BulkResultOut(Model):
-    """The `BulkResultOut` schema."""
-
-    plan: BulkPlanOut
-    results: list[BulkResultItemOut]
-
-
-@dataclass(frozen=True, kw_only=True)
 class DeclarationOut(Model):
     """What a tool declared it is, as it stood when a decision relied on it."""
 
@@ -403,32 +303,6 @@ class DiffOut(Model):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ForceReplayRequestOut(Model):
-    """The `ForceReplayRequestOut` schema."""
-
-    id: str
-    run: str
-    state: ForceReplayRequestOutStateEnum
-    requested_by: ActorOut
-    reason: str
-    tools_at_risk: list[str] | None
-    decided_by: ActorOut | None
-    decided_at: datetime | None
-    decision_reason: str | None
-    new_run: str | None
-    created_at: datetime
-
-
-@dataclass(frozen=True, kw_only=True)
-class ForceReplayRequestPage(Model):
-    """The `ForceReplayRequestPage` schema."""
-
-    results: list[ForceReplayRequestOut]
-    next: str | None
-    """Pass as `cursor` for the next page; null at the end."""
-
-
-@dataclass(frozen=True, kw_only=True)
 class IdempotencyConflictOut(Model):
     """The `IdempotencyConflictOut` schema."""
 
@@ -443,71 +317,12 @@ class IdempotencyConflictOut(Model):
 
 
 @dataclass(frozen=True, kw_only=True)
-class IdempotencyConflictPage(Model):
-    """The `IdempotencyConflictPage` schema."""
-
-    results: list[IdempotencyConflictOut]
-    next: str | None
-    """Pass as `cursor` for the next page; null at the end."""
-
-
-@dataclass(frozen=True, kw_only=True)
 class InputFileOut(Model):
     """The `InputFileOut` schema."""
 
     name: str
     size: int
     sha256: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class LedgerEntryOut(Model):
-    """The `LedgerEntryOut` schema."""
-
-    id: str
-    tenant: str
-    key: str
-    generation: int
-    tool: str
-    action: str | None
-    status: LedgerStatusEnum
-    fingerprint: str
-    created_at: datetime
-    updated_at: datetime
-    revoked: bool
-    revoked_at: datetime | None
-    revoked_reason: str | None
-    revoked_by: ActorOut | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class LedgerEntryPage(Model):
-    """The `LedgerEntryPage` schema."""
-
-    results: list[LedgerEntryOut]
-    next: str | None
-    """Pass as `cursor` for the next page; null at the end."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class MeOut(Model):
-    """The `MeOut` schema."""
-
-    kind: MeOutKindEnum
-    name: str
-    tenant: str
-    roles: list[RolesEnum]
-
-
-@dataclass(frozen=True, kw_only=True)
-class PrincipalCreatedOut(Model):
-    """The `PrincipalCreatedOut` schema."""
-
-    id: str
-    name: str
-    tenant: str
-    token: str
-    """Shown once; only its hash is stored."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -548,15 +363,6 @@ class ReplayOut(Model):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ReplayPage(Model):
-    """The `ReplayPage` schema."""
-
-    results: list[ReplayOut]
-    next: str | None
-    """Pass as `cursor` for the next page; null at the end."""
-
-
-@dataclass(frozen=True, kw_only=True)
 class ReplayVerdictOut(Model):
     """The `ReplayVerdictOut` schema."""
 
@@ -575,64 +381,6 @@ class ReplayVerdictOut(Model):
 
 
 @dataclass(frozen=True, kw_only=True)
-class RunDetailOut(Model):
-    """The `RunDetailOut` schema."""
-
-    id: str
-    tenant: str
-    principal: str
-    trigger: TriggerEnum
-    config: dict[str, Any]
-    input_file: InputFileOut | None
-    session_id: str
-    status: RunStatusEnum
-    attempts: int
-    error_message: str
-    replay_of: str | None
-    tools_executed: list[str] | None
-    """[] verified no tool called; a list of tools called; null unknown."""
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-    heartbeat_at: datetime | None
-    actions: list[ActionSummaryOut]
-    replay_verdict: ReplayVerdictOut
-    """What a replay without force would answer."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunOut(Model):
-    """The `RunOut` schema."""
-
-    id: str
-    tenant: str
-    principal: str
-    trigger: TriggerEnum
-    config: dict[str, Any]
-    input_file: InputFileOut | None
-    session_id: str
-    status: RunStatusEnum
-    attempts: int
-    error_message: str
-    replay_of: str | None
-    tools_executed: list[str] | None
-    """[] verified no tool called; a list of tools called; null unknown."""
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-    heartbeat_at: datetime | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunPage(Model):
-    """The `RunPage` schema."""
-
-    results: list[RunOut]
-    next: str | None
-    """Pass as `cursor` for the next page; null at the end."""
-
-
-@dataclass(frozen=True, kw_only=True)
 class SafeToolOut(Model):
     """What a tool declared it is, as it stood when a decision relied on it."""
 
@@ -644,127 +392,3 @@ class SafeToolOut(Model):
     tool: str
     why: str
     """Which declaration makes a repeat harmless, in words."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class TenantSettingsOut(Model):
-    """The `TenantSettingsOut` schema."""
-
-    four_eyes_force_replay: bool
-    approval_sla_seconds: int
-    """0: no SLA."""
-    unknown_alert_seconds: int
-    """0: unknown actions are not notified."""
-    approval_expiry_warning_seconds: int
-    """0: expiring requests are not notified."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class TokenCreatedOut(Model):
-    """The `TokenCreatedOut` schema."""
-
-    id: str
-    label: str
-    """The first characters, to tell tokens apart."""
-    name: str
-    owner: ActorOut
-    state: TokenStateEnum
-    created_at: datetime
-    expires_at: datetime | None
-    last_used_at: datetime | None
-    """Written at most once a minute."""
-    revoked_at: datetime | None
-    rotated_from: str | None
-    token: str
-    """Shown once; only its hash is stored."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class TokenOut(Model):
-    """The `TokenOut` schema."""
-
-    id: str
-    label: str
-    """The first characters, to tell tokens apart."""
-    name: str
-    owner: ActorOut
-    state: TokenStateEnum
-    created_at: datetime
-    expires_at: datetime | None
-    last_used_at: datetime | None
-    """Written at most once a minute."""
-    revoked_at: datetime | None
-    rotated_from: str | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class TokenPage(Model):
-    """The `TokenPage` schema."""
-
-    results: list[TokenOut]
-    next: str | None
-    """Pass as `cursor` for the next page; null at the end."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class ToolCreatedOut(Model):
-    """The `ToolCreatedOut` schema."""
-
-    id: str
-    name: str
-    base_url: str | None = None
-    effect: EffectEnum
-    """`read_only`: no side effect (no approval, no ledger key, never at risk in a replay);
-    `idempotent`: applies an Idempotency-Key at most once and answers a repeat with the first
-    result (an unknown outcome is re-sent with the same key); `unsafe`: neither (the default)."""
-    lookup: bool
-    """Answers GET {base_url}/effects/{key}: 200 `{applied: true, state, version}` or 404;
-    reconciliation asks it first."""
-    declared_by: ActorOut | None
-    """Who made the declaration in force."""
-    declared_at: datetime | None
-    requires_approval: bool
-    identity_fields: list[str]
-    timeout_seconds: float
-    created_at: datetime
-    signing_secret_created_at: datetime | None = None
-    previous_secret_expires_at: datetime | None = None
-    """While set and in the future, requests are signed with the previous secret too."""
-    signing_secret: str
-    """The secret every request to this tool is signed with (`Takeover-Signature`): shown this
-    once."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class ToolOut(Model):
-    """The `ToolOut` schema."""
-
-    id: str
-    name: str
-    base_url: str | None = None
-    effect: EffectEnum
-    """`read_only`: no side effect (no approval, no ledger key, never at risk in a replay);
-    `idempotent`: applies an Idempotency-Key at most once and answers a repeat with the first
-    result (an unknown outcome is re-sent with the same key); `unsafe`: neither (the default)."""
-    lookup: bool
-    """Answers GET {base_url}/effects/{key}: 200 `{applied: true, state, version}` or 404;
-    reconciliation asks it first."""
-    declared_by: ActorOut | None
-    """Who made the declaration in force."""
-    declared_at: datetime | None
-    requires_approval: bool
-    identity_fields: list[str]
-    timeout_seconds: float
-    created_at: datetime
-    signing_secret_created_at: datetime | None = None
-    previous_secret_expires_at: datetime | None = None
-    """While set and in the future, requests are signed with the previous secret too."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class ToolPage(Model):
-    """The `ToolPage` schema."""
-
-    results: list[ToolOut]
-    next: str | None
-    """Pass as `cursor` for the next page; null at the end."""
