@@ -42,7 +42,7 @@ test: $(STAMP) $(CHROMIUM)
 	$(BIN)/python client/generate.py --check var/openapi.yaml
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-# takeover_client's typed layer (models.py, api.py) from the API schema; `make test` checks it.
+# takeover_client's typed layer (models/, api/) from the API schema; `make test` checks it.
 client-api: $(STAMP)
 	$(BIN)/python manage.py spectacular --file var/openapi.yaml
 	$(BIN)/python client/generate.py var/openapi.yaml
