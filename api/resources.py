@@ -7,7 +7,7 @@ from drf_spectacular.utils import (
     PolymorphicProxySerializer,
     extend_schema_field,
 )
-from rest_framework import serializers as f
+from rest_framework import serializers
 
 from approvals.models import ApprovalState, RequestState
 from core.models import ToolEffect
@@ -27,45 +27,45 @@ from runs.states import (
 
 
 def _choice(choices, **kw):
-    return f.ChoiceField(choices=choices, **kw)
+    return serializers.ChoiceField(choices=choices, **kw)
 
 
 def _nullable_choice(choices):
-    return f.ChoiceField(choices=choices, allow_null=True)
+    return serializers.ChoiceField(choices=choices, allow_null=True)
 
 
-class ActorOut(f.Serializer):
-    kind = f.ChoiceField(choices=["operator", "principal", "system"])
-    name = f.CharField()
+class ActorOut(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=["operator", "principal", "system"])
+    name = serializers.CharField()
 
 
-class DiffOut(f.Serializer):
-    field = f.CharField()
-    desired = f.JSONField()
-    actual = f.JSONField()
+class DiffOut(serializers.Serializer):
+    field = serializers.CharField()
+    desired = serializers.JSONField()
+    actual = serializers.JSONField()
 
 
-class AuthoritativeOut(f.Serializer):
-    state = f.DictField()
-    version = f.IntegerField()
+class AuthoritativeOut(serializers.Serializer):
+    state = serializers.DictField()
+    version = serializers.IntegerField()
 
 
-class DeclarationOut(f.Serializer):
+class DeclarationOut(serializers.Serializer):
     """What a tool declared it is, as it stood when a decision relied on it."""
 
     effect = _choice(ToolEffect.choices)
-    lookup = f.BooleanField(help_text="It answers GET {base_url}/effects/{key}.")
+    lookup = serializers.BooleanField(help_text="It answers GET {base_url}/effects/{key}.")
     declared_by = ActorOut(allow_null=True)
-    declared_at = f.DateTimeField(allow_null=True)
+    declared_at = serializers.DateTimeField(allow_null=True)
 
 
-class AttemptOut(f.Serializer):
-    number = f.IntegerField()
-    started_at = f.DateTimeField()
-    finished_at = f.DateTimeField(allow_null=True)
+class AttemptOut(serializers.Serializer):
+    number = serializers.IntegerField()
+    started_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
     outcome = _nullable_choice(AttemptOutcome.choices)
-    http_status = f.IntegerField(allow_null=True)
-    detail = f.CharField(allow_blank=True)
+    http_status = serializers.IntegerField(allow_null=True)
+    detail = serializers.CharField(allow_blank=True)
     kind = _choice(
         AttemptKind.choices,
         help_text="`send` (the first), `safe_retry` (the previous attempt provably never "
@@ -77,8 +77,8 @@ class AttemptOut(f.Serializer):
     )
 
 
-class ReconciliationOut(f.Serializer):
-    at = f.DateTimeField()
+class ReconciliationOut(serializers.Serializer):
+    at = serializers.DateTimeField()
     authoritative = AuthoritativeOut(allow_null=True)
     verdict = _choice(
         Verdict.choices,
@@ -88,9 +88,9 @@ class ReconciliationOut(f.Serializer):
         "`lookup_failed` (it could not tell; the state is read instead).",
     )
     diff = DiffOut(many=True)
-    expected_version = f.IntegerField(allow_null=True)
-    actual_version = f.IntegerField(allow_null=True)
-    detail = f.CharField(allow_blank=True)
+    expected_version = serializers.IntegerField(allow_null=True)
+    actual_version = serializers.IntegerField(allow_null=True)
+    detail = serializers.CharField(allow_blank=True)
     actor = ActorOut(allow_null=True)
     kind = _choice(
         ReadKind.choices,
@@ -101,16 +101,16 @@ class ReconciliationOut(f.Serializer):
     )
 
 
-class ActionOut(f.Serializer):
-    id = f.UUIDField()
-    run = f.UUIDField()
-    tenant = f.CharField()
-    principal = f.CharField()
-    tool = f.CharField()
-    target = f.CharField()
-    desired_state = f.DictField()
-    expected_version = f.IntegerField(allow_null=True)
-    idempotency_key = f.CharField()
+class ActionOut(serializers.Serializer):
+    id = serializers.UUIDField()
+    run = serializers.UUIDField()
+    tenant = serializers.CharField()
+    principal = serializers.CharField()
+    tool = serializers.CharField()
+    target = serializers.CharField()
+    desired_state = serializers.DictField()
+    expected_version = serializers.IntegerField(allow_null=True)
+    idempotency_key = serializers.CharField()
     effect = _choice(
         ToolEffect.choices,
         help_text="The tool's effect declaration when this was proposed: a `read_only` "
@@ -120,74 +120,76 @@ class ActionOut(f.Serializer):
     block_reason = _nullable_choice(BlockReason.choices)
     failure_reason = _nullable_choice(FailureReason.choices)
     resolution = _nullable_choice(Resolution.choices)
-    resolution_reason = f.CharField(allow_null=True)
-    approval_id = f.UUIDField(allow_null=True)
-    approval_request_id = f.UUIDField(allow_null=True)
-    replayed = f.BooleanField(help_text="True when answered from the ledger (same key).")
-    content_changed = f.BooleanField(
+    resolution_reason = serializers.CharField(allow_null=True)
+    approval_id = serializers.UUIDField(allow_null=True)
+    approval_request_id = serializers.UUIDField(allow_null=True)
+    replayed = serializers.BooleanField(help_text="True when answered from the ledger (same key).")
+    content_changed = serializers.BooleanField(
         help_text="On a ledger hit: non-identity fields of desired_state differ."
     )
     attempts = AttemptOut(many=True)
     reconciliations = ReconciliationOut(many=True)
-    claimed_by = f.CharField(allow_null=True, help_text="The on-call holding it in the console.")
-    created_at = f.DateTimeField()
-    updated_at = f.DateTimeField()
+    claimed_by = serializers.CharField(
+        allow_null=True, help_text="The on-call holding it in the console."
+    )
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
 
 
-class ActionSummaryOut(f.Serializer):
-    id = f.UUIDField()
-    tool = f.CharField()
-    target = f.CharField()
-    idempotency_key = f.CharField()
+class ActionSummaryOut(serializers.Serializer):
+    id = serializers.UUIDField()
+    tool = serializers.CharField()
+    target = serializers.CharField()
+    idempotency_key = serializers.CharField()
     state = _choice(ActionState.choices)
     block_reason = _nullable_choice(BlockReason.choices)
     failure_reason = _nullable_choice(FailureReason.choices)
     resolution = _nullable_choice(Resolution.choices)
-    created_at = f.DateTimeField()
+    created_at = serializers.DateTimeField()
 
 
-class InputFileOut(f.Serializer):
-    name = f.CharField()
-    size = f.IntegerField()
-    sha256 = f.CharField()
+class InputFileOut(serializers.Serializer):
+    name = serializers.CharField()
+    size = serializers.IntegerField()
+    sha256 = serializers.CharField()
 
 
-class RunOut(f.Serializer):
-    id = f.UUIDField()
-    tenant = f.CharField()
-    principal = f.CharField()
+class RunOut(serializers.Serializer):
+    id = serializers.UUIDField()
+    tenant = serializers.CharField()
+    principal = serializers.CharField()
     trigger = _choice(Trigger.choices)
-    config = f.DictField()
+    config = serializers.DictField()
     input_file = InputFileOut(allow_null=True)
-    session_id = f.CharField()
+    session_id = serializers.CharField()
     status = _choice(RunStatus.choices)
-    attempts = f.IntegerField()
-    error_message = f.CharField(allow_blank=True)
-    replay_of = f.UUIDField(allow_null=True)
-    tools_executed = f.ListField(
-        child=f.CharField(),
+    attempts = serializers.IntegerField()
+    error_message = serializers.CharField(allow_blank=True)
+    replay_of = serializers.UUIDField(allow_null=True)
+    tools_executed = serializers.ListField(
+        child=serializers.CharField(),
         allow_null=True,
         help_text="[] verified no tool called; a list of tools called; null unknown.",
     )
-    created_at = f.DateTimeField()
-    started_at = f.DateTimeField(allow_null=True)
-    finished_at = f.DateTimeField(allow_null=True)
-    heartbeat_at = f.DateTimeField(allow_null=True)
+    created_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+    heartbeat_at = serializers.DateTimeField(allow_null=True)
 
 
 class SafeToolOut(DeclarationOut):
-    tool = f.CharField()
-    why = f.CharField(help_text="Which declaration makes a repeat harmless, in words.")
+    tool = serializers.CharField()
+    why = serializers.CharField(help_text="Which declaration makes a repeat harmless, in words.")
 
 
-class ReplayVerdictOut(f.Serializer):
-    allowed = f.BooleanField(help_text="A replay without force would be created.")
-    forceable = f.BooleanField()
-    gone = f.BooleanField(help_text="The input file is no longer stored (410).")
-    message = f.CharField()
-    tools_at_risk = f.ListField(child=f.CharField(), allow_null=True)
-    not_applied = f.ListField(
-        child=f.CharField(), help_text="Called tools an operator resolved as not applied."
+class ReplayVerdictOut(serializers.Serializer):
+    allowed = serializers.BooleanField(help_text="A replay without force would be created.")
+    forceable = serializers.BooleanField()
+    gone = serializers.BooleanField(help_text="The input file is no longer stored (410).")
+    message = serializers.CharField()
+    tools_at_risk = serializers.ListField(child=serializers.CharField(), allow_null=True)
+    not_applied = serializers.ListField(
+        child=serializers.CharField(), help_text="Called tools an operator resolved as not applied."
     )
     safe_tools = SafeToolOut(
         many=True,
@@ -201,87 +203,87 @@ class RunDetailOut(RunOut):
     replay_verdict = ReplayVerdictOut(help_text="What a replay without force would answer.")
 
 
-class ReplayOut(f.Serializer):
-    id = f.UUIDField()
-    original_run = f.UUIDField()
-    new_run = f.UUIDField()
+class ReplayOut(serializers.Serializer):
+    id = serializers.UUIDField()
+    original_run = serializers.UUIDField()
+    new_run = serializers.UUIDField()
     actor = ActorOut()
-    forced = f.BooleanField()
-    reason = f.CharField(allow_blank=True)
-    tools_at_risk = f.ListField(child=f.CharField(), allow_null=True)
+    forced = serializers.BooleanField()
+    reason = serializers.CharField(allow_blank=True)
+    tools_at_risk = serializers.ListField(child=serializers.CharField(), allow_null=True)
     safe_tools = SafeToolOut(many=True)
-    at = f.DateTimeField()
+    at = serializers.DateTimeField()
 
 
-class BindingOut(f.Serializer):
-    principal = f.CharField()
-    tool = f.CharField()
-    target = f.CharField()
-    desired_state = f.DictField()
-    expected_version = f.IntegerField(allow_null=True)
+class BindingOut(serializers.Serializer):
+    principal = serializers.CharField()
+    tool = serializers.CharField()
+    target = serializers.CharField()
+    desired_state = serializers.DictField()
+    expected_version = serializers.IntegerField(allow_null=True)
 
 
 class ApprovalOut(BindingOut):
-    id = f.UUIDField()
+    id = serializers.UUIDField()
     state = _choice(ApprovalState.choices)
-    tenant = f.CharField()
-    expires_at = f.DateTimeField()
+    tenant = serializers.CharField()
+    expires_at = serializers.DateTimeField()
     granted_by = ActorOut()
-    granted_at = f.DateTimeField()
-    consumed_by_action = f.UUIDField(allow_null=True)
-    consumed_at = f.DateTimeField(allow_null=True)
-    request = f.UUIDField(allow_null=True, help_text="The approval request it answered.")
-    revoked_at = f.DateTimeField(allow_null=True)
-    revoke_reason = f.CharField(allow_null=True)
+    granted_at = serializers.DateTimeField()
+    consumed_by_action = serializers.UUIDField(allow_null=True)
+    consumed_at = serializers.DateTimeField(allow_null=True)
+    request = serializers.UUIDField(allow_null=True, help_text="The approval request it answered.")
+    revoked_at = serializers.DateTimeField(allow_null=True)
+    revoke_reason = serializers.CharField(allow_null=True)
 
 
 class ApprovalRequestOut(BindingOut):
-    id = f.UUIDField()
-    action = f.UUIDField()
+    id = serializers.UUIDField()
+    action = serializers.UUIDField()
     state = _choice(RequestState.choices)
-    tenant = f.CharField()
-    created_at = f.DateTimeField()
-    expires_at = f.DateTimeField(allow_null=True)
+    tenant = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    expires_at = serializers.DateTimeField(allow_null=True)
     decided_by = ActorOut(allow_null=True)
-    decided_at = f.DateTimeField(allow_null=True)
-    reason = f.CharField(allow_null=True)
+    decided_at = serializers.DateTimeField(allow_null=True)
+    reason = serializers.CharField(allow_null=True)
 
 
-class LedgerEntryOut(f.Serializer):
-    id = f.UUIDField()
-    tenant = f.CharField()
-    key = f.CharField()
-    generation = f.IntegerField()
-    tool = f.CharField()
-    action = f.UUIDField(allow_null=True)
+class LedgerEntryOut(serializers.Serializer):
+    id = serializers.UUIDField()
+    tenant = serializers.CharField()
+    key = serializers.CharField()
+    generation = serializers.IntegerField()
+    tool = serializers.CharField()
+    action = serializers.UUIDField(allow_null=True)
     status = _choice(LedgerStatus.choices)
-    fingerprint = f.CharField()
-    created_at = f.DateTimeField()
-    updated_at = f.DateTimeField()
-    revoked = f.BooleanField()
-    revoked_at = f.DateTimeField(allow_null=True)
-    revoked_reason = f.CharField(allow_null=True)
+    fingerprint = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+    revoked = serializers.BooleanField()
+    revoked_at = serializers.DateTimeField(allow_null=True)
+    revoked_reason = serializers.CharField(allow_null=True)
     revoked_by = ActorOut(allow_null=True)
 
 
-class AuditEventOut(f.Serializer):
-    id = f.UUIDField()
-    at = f.DateTimeField()
+class AuditEventOut(serializers.Serializer):
+    id = serializers.UUIDField()
+    at = serializers.DateTimeField()
     actor = ActorOut()
-    verb = f.CharField()
-    object_type = f.CharField()
-    object_id = f.CharField()
-    before = f.JSONField(allow_null=True)
-    after = f.JSONField(allow_null=True)
-    reason = f.CharField(allow_blank=True)
-    request_id = f.CharField(allow_blank=True)
+    verb = serializers.CharField()
+    object_type = serializers.CharField()
+    object_id = serializers.CharField()
+    before = serializers.JSONField(allow_null=True)
+    after = serializers.JSONField(allow_null=True)
+    reason = serializers.CharField(allow_blank=True)
+    request_id = serializers.CharField(allow_blank=True)
 
 
-class ToolOut(f.Serializer):
-    id = f.UUIDField()
-    name = f.CharField()
+class ToolOut(serializers.Serializer):
+    id = serializers.UUIDField()
+    name = serializers.CharField()
     # Operators only: a principal is not told where a tool lives.
-    base_url = f.URLField(required=False)
+    base_url = serializers.URLField(required=False)
     effect = _choice(
         ToolEffect.choices,
         help_text="`read_only`: no side effect (no approval, no ledger key, never at risk in "
@@ -289,19 +291,19 @@ class ToolOut(f.Serializer):
         "repeat with the first result (an unknown outcome is re-sent with the same key); "
         "`unsafe`: neither (the default).",
     )
-    lookup = f.BooleanField(
+    lookup = serializers.BooleanField(
         help_text="Answers GET {base_url}/effects/{key}: 200 `{applied: true, state, "
         "version}` or 404; reconciliation asks it first."
     )
     declared_by = ActorOut(allow_null=True, help_text="Who made the declaration in force.")
-    declared_at = f.DateTimeField(allow_null=True)
-    requires_approval = f.BooleanField()
-    identity_fields = f.ListField(child=f.CharField())
-    timeout_seconds = f.FloatField()
-    created_at = f.DateTimeField()
+    declared_at = serializers.DateTimeField(allow_null=True)
+    requires_approval = serializers.BooleanField()
+    identity_fields = serializers.ListField(child=serializers.CharField())
+    timeout_seconds = serializers.FloatField()
+    created_at = serializers.DateTimeField()
     # Operators only, like base_url.
-    signing_secret_created_at = f.DateTimeField(required=False)
-    previous_secret_expires_at = f.DateTimeField(
+    signing_secret_created_at = serializers.DateTimeField(required=False)
+    previous_secret_expires_at = serializers.DateTimeField(
         required=False,
         allow_null=True,
         help_text="While set and in the future, requests are signed with the previous secret too.",
@@ -309,64 +311,68 @@ class ToolOut(f.Serializer):
 
 
 class ToolCreatedOut(ToolOut):
-    signing_secret = f.CharField(
+    signing_secret = serializers.CharField(
         help_text="The secret every request to this tool is signed with "
         "(`Takeover-Signature`): shown this once."
     )
 
 
-class PrincipalCreatedOut(f.Serializer):
-    id = f.UUIDField()
-    name = f.CharField()
-    tenant = f.CharField()
-    token = f.CharField(help_text="Shown once; only its hash is stored.")
+class PrincipalCreatedOut(serializers.Serializer):
+    id = serializers.UUIDField()
+    name = serializers.CharField()
+    tenant = serializers.CharField()
+    token = serializers.CharField(help_text="Shown once; only its hash is stored.")
 
 
-class ForceReplayRequestOut(f.Serializer):
-    id = f.UUIDField()
-    run = f.UUIDField()
-    state = f.ChoiceField(choices=["pending", "confirmed", "rejected"])
+class ForceReplayRequestOut(serializers.Serializer):
+    id = serializers.UUIDField()
+    run = serializers.UUIDField()
+    state = serializers.ChoiceField(choices=["pending", "confirmed", "rejected"])
     requested_by = ActorOut()
-    reason = f.CharField()
-    tools_at_risk = f.ListField(child=f.CharField(), allow_null=True)
+    reason = serializers.CharField()
+    tools_at_risk = serializers.ListField(child=serializers.CharField(), allow_null=True)
     decided_by = ActorOut(allow_null=True)
-    decided_at = f.DateTimeField(allow_null=True)
-    decision_reason = f.CharField(allow_null=True)
-    new_run = f.UUIDField(allow_null=True)
-    created_at = f.DateTimeField()
+    decided_at = serializers.DateTimeField(allow_null=True)
+    decision_reason = serializers.CharField(allow_null=True)
+    new_run = serializers.UUIDField(allow_null=True)
+    created_at = serializers.DateTimeField()
 
 
-class IdempotencyConflictOut(f.Serializer):
-    id = f.IntegerField()
-    at = f.DateTimeField()
-    principal = f.CharField()
-    key = f.CharField()
-    existing_action = f.UUIDField(allow_null=True)
-    attempted = f.DictField(
+class IdempotencyConflictOut(serializers.Serializer):
+    id = serializers.IntegerField()
+    at = serializers.DateTimeField()
+    principal = serializers.CharField()
+    key = serializers.CharField()
+    existing_action = serializers.UUIDField(allow_null=True)
+    attempted = serializers.DictField(
         help_text="The refused intent: tool, target, desired_state, expected_version."
     )
-    request_id = f.CharField()
+    request_id = serializers.CharField()
 
 
-class TenantSettingsOut(f.Serializer):
-    four_eyes_force_replay = f.BooleanField()
-    approval_sla_seconds = f.IntegerField(help_text="0: no SLA.")
-    unknown_alert_seconds = f.IntegerField(help_text="0: unknown actions are not notified.")
-    approval_expiry_warning_seconds = f.IntegerField(
+class TenantSettingsOut(serializers.Serializer):
+    four_eyes_force_replay = serializers.BooleanField()
+    approval_sla_seconds = serializers.IntegerField(help_text="0: no SLA.")
+    unknown_alert_seconds = serializers.IntegerField(
+        help_text="0: unknown actions are not notified."
+    )
+    approval_expiry_warning_seconds = serializers.IntegerField(
         help_text="0: expiring requests are not notified."
     )
 
 
-class BulkKeyOut(f.Serializer):
-    key = f.CharField()
-    tool = f.CharField()
-    target = f.CharField()
-    hit = f.BooleanField(
+class BulkKeyOut(serializers.Serializer):
+    key = serializers.CharField()
+    tool = serializers.CharField()
+    target = serializers.CharField()
+    hit = serializers.BooleanField(
         help_text="Proposing this key again is a ledger hit: the recorded outcome is "
         "returned and nothing is sent. False: the key was revoked; it would be a new send."
     )
-    state = f.CharField(allow_blank=True, help_text="The recorded action's state (a hit).")
-    state_label = f.CharField(allow_blank=True)
+    state = serializers.CharField(
+        allow_blank=True, help_text="The recorded action's state (a hit)."
+    )
+    state_label = serializers.CharField(allow_blank=True)
 
 
 BULK_WILL = [
@@ -380,90 +386,96 @@ BULK_WILL = [
 ]
 
 
-class BulkItemOut(f.Serializer):
-    id = f.UUIDField()
-    kind = f.ChoiceField(choices=["action", "run"])
-    label = f.CharField()
-    state = f.CharField(allow_blank=True, help_text="Its state (status, for a run) now.")
-    state_label = f.CharField(allow_blank=True)
-    will = f.ChoiceField(choices=BULK_WILL)
-    will_label = f.CharField()
-    why = f.CharField(allow_blank=True)
-    read_id = f.IntegerField(
+class BulkItemOut(serializers.Serializer):
+    id = serializers.UUIDField()
+    kind = serializers.ChoiceField(choices=["action", "run"])
+    label = serializers.CharField()
+    state = serializers.CharField(allow_blank=True, help_text="Its state (status, for a run) now.")
+    state_label = serializers.CharField(allow_blank=True)
+    will = serializers.ChoiceField(choices=BULK_WILL)
+    will_label = serializers.CharField()
+    why = serializers.CharField(allow_blank=True)
+    read_id = serializers.IntegerField(
         allow_null=True, help_text="resolve: the read of the authoritative state decided on."
     )
-    tools = f.ListField(
-        child=f.CharField(),
+    tools = serializers.ListField(
+        child=serializers.CharField(),
         allow_null=True,
         help_text="replay: the tools the run called, which a replay may call again (null: "
         "could not be established).",
     )
     keys = BulkKeyOut(many=True, help_text="replay: the fate of each key the run used.")
-    hits = f.IntegerField(help_text="replay: how many of `keys` are ledger hits.")
-    sends = f.IntegerField(help_text="replay: how many of `keys` would be sent again.")
+    hits = serializers.IntegerField(help_text="replay: how many of `keys` are ledger hits.")
+    sends = serializers.IntegerField(help_text="replay: how many of `keys` would be sent again.")
 
 
-class BulkPlanOut(f.Serializer):
-    operation = f.ChoiceField(choices=["resolve", "recheck", "replay"])
-    outcome = f.ChoiceField(choices=["succeeded", "failed"], allow_null=True)
-    reason = f.CharField(allow_blank=True)
-    force = f.BooleanField()
-    signature = f.CharField(help_text="Pass it to /bulk/apply to confirm exactly this plan.")
+class BulkPlanOut(serializers.Serializer):
+    operation = serializers.ChoiceField(choices=["resolve", "recheck", "replay"])
+    outcome = serializers.ChoiceField(choices=["succeeded", "failed"], allow_null=True)
+    reason = serializers.CharField(allow_blank=True)
+    force = serializers.BooleanField()
+    signature = serializers.CharField(
+        help_text="Pass it to /bulk/apply to confirm exactly this plan."
+    )
     items = BulkItemOut(many=True)
 
 
 class BulkResultItemOut(BulkItemOut):
-    did = f.ChoiceField(choices=[*BULK_WILL, "refused"])
-    did_label = f.CharField()
-    detail = f.CharField(allow_blank=True)
-    new_run = f.UUIDField(allow_null=True)
+    did = serializers.ChoiceField(choices=[*BULK_WILL, "refused"])
+    did_label = serializers.CharField()
+    detail = serializers.CharField(allow_blank=True)
+    new_run = serializers.UUIDField(allow_null=True)
 
 
-class BulkResultOut(f.Serializer):
+class BulkResultOut(serializers.Serializer):
     plan = BulkPlanOut()
     results = BulkResultItemOut(many=True)
 
 
-class TokenOut(f.Serializer):
-    id = f.UUIDField()
-    label = f.CharField(help_text="The first characters, to tell tokens apart.")
-    name = f.CharField()
+class TokenOut(serializers.Serializer):
+    id = serializers.UUIDField()
+    label = serializers.CharField(help_text="The first characters, to tell tokens apart.")
+    name = serializers.CharField()
     owner = ActorOut()
-    state = f.ChoiceField(choices=["active", "revoked", "expired"])
-    created_at = f.DateTimeField()
-    expires_at = f.DateTimeField(allow_null=True)
-    last_used_at = f.DateTimeField(allow_null=True, help_text="Written at most once a minute.")
-    revoked_at = f.DateTimeField(allow_null=True)
-    rotated_from = f.UUIDField(allow_null=True)
+    state = serializers.ChoiceField(choices=["active", "revoked", "expired"])
+    created_at = serializers.DateTimeField()
+    expires_at = serializers.DateTimeField(allow_null=True)
+    last_used_at = serializers.DateTimeField(
+        allow_null=True, help_text="Written at most once a minute."
+    )
+    revoked_at = serializers.DateTimeField(allow_null=True)
+    rotated_from = serializers.UUIDField(allow_null=True)
 
 
 class TokenCreatedOut(TokenOut):
-    token = f.CharField(help_text="Shown once; only its hash is stored.")
+    token = serializers.CharField(help_text="Shown once; only its hash is stored.")
 
 
-class MeOut(f.Serializer):
-    kind = f.ChoiceField(choices=["principal", "operator"])
-    name = f.CharField()
-    tenant = f.CharField()
-    roles = f.ListField(child=f.ChoiceField(choices=["approver", "oncall", "admin"]))
+class MeOut(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=["principal", "operator"])
+    name = serializers.CharField()
+    tenant = serializers.CharField()
+    roles = serializers.ListField(
+        child=serializers.ChoiceField(choices=["approver", "oncall", "admin"])
+    )
 
 
-class RunStartMultipartIn(f.Serializer):
+class RunStartMultipartIn(serializers.Serializer):
     """POST /runs as multipart/form-data, to upload an input file (copied at start)."""
 
-    trigger = f.ChoiceField(choices=Trigger.choices)
-    config = f.DictField(
+    trigger = serializers.ChoiceField(choices=Trigger.choices)
+    config = serializers.DictField(
         required=False, help_text="The config object, as a JSON part (`RUN_START_ENCODING`)."
     )
-    session_id = f.CharField(required=False)
-    input_file = f.FileField(required=False)
+    session_id = serializers.CharField(required=False)
+    input_file = serializers.FileField(required=False)
 
 
 # The config part of a multipart POST /runs is JSON text, not a plain form value.
 RUN_START_ENCODING = {"config": {"contentType": "application/json"}}
 
 
-class _Const(f.Field):
+class _Const(serializers.Field):
     """A field whose only value is `value`: a branch of a body whose shape depends on it."""
 
     def __init__(self, value, **kw):
@@ -482,9 +494,9 @@ def const(value, **kw):
     return extend_schema_field(schema)(type("Const", (_Const,), {}))(value, **kw)
 
 
-class _BulkIds(f.Serializer):
-    ids = f.ListField(
-        child=f.UUIDField(),
+class _BulkIds(serializers.Serializer):
+    ids = serializers.ListField(
+        child=serializers.UUIDField(),
         min_length=1,
         max_length=50,
         help_text="Action ids (resolve, recheck) or run ids (replay), at most 50.",
@@ -492,12 +504,12 @@ class _BulkIds(f.Serializer):
 
 
 def _reason(help_text):
-    return f.CharField(max_length=2000, help_text=help_text)
+    return serializers.CharField(max_length=2000, help_text=help_text)
 
 
 class BulkResolveIn(_BulkIds):
     operation = const("resolve")
-    outcome = f.ChoiceField(choices=["succeeded", "failed"])
+    outcome = serializers.ChoiceField(choices=["succeeded", "failed"])
     reason = _reason("Why; goes to the audit log.")
 
 
@@ -520,7 +532,7 @@ def _with_signature(serializer):
     return type(
         serializer.__name__.replace("In", "ApplyIn"),
         (serializer,),
-        {"signature": f.CharField(max_length=64, help_text="The preview's `signature`.")},
+        {"signature": serializers.CharField(max_length=64, help_text="The preview's `signature`.")},
     )
 
 

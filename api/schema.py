@@ -16,7 +16,7 @@ from drf_spectacular.utils import (
     OpenApiResponse,
     inline_serializer,
 )
-from rest_framework import serializers as f
+from rest_framework import serializers
 
 PROBLEM = "application/problem+json"
 
@@ -87,7 +87,7 @@ def page_of(item) -> type:
             name,
             {
                 "results": item(many=True),
-                "next": f.CharField(
+                "next": serializers.CharField(
                     allow_null=True,
                     help_text="Pass as `cursor` for the next page; null at the end.",
                 ),
@@ -144,12 +144,12 @@ def problem_serializer(status: int, slugs: list[str]) -> type:
         _problems[key] = inline_serializer(
             name,
             {
-                "type": f.ChoiceField(choices=[f"/problems/{s}" for s in slugs]),
-                "title": f.CharField(),
-                "status": f.IntegerField(help_text=f"{status}"),
-                "detail": f.CharField(),
-                "errors": f.DictField(
-                    child=f.ListField(child=f.CharField()),
+                "type": serializers.ChoiceField(choices=[f"/problems/{s}" for s in slugs]),
+                "title": serializers.CharField(),
+                "status": serializers.IntegerField(help_text=f"{status}"),
+                "detail": serializers.CharField(),
+                "errors": serializers.DictField(
+                    child=serializers.ListField(child=serializers.CharField()),
                     required=False,
                     help_text="Per field (400 only).",
                 ),

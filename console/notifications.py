@@ -36,7 +36,7 @@ from notifications.services import (
 )
 from runs.wakeup import wake_workers
 
-from . import selectors as sel
+from . import selectors
 from .views import _query, operator_required
 
 KIND_CHOICES = [(k.name, k.label) for k in KINDS.values()]
@@ -258,14 +258,14 @@ def _deliveries(request):
         qs = qs.filter(channel_id=channel)
     else:
         channel = ""
-    rows, next_cursor = sel.keyset(
+    rows, next_cursor = selectors.keyset(
         qs.prefetch_related("attempt_log"),
-        sel.parse_cursor(request.GET.get("after")),
+        selectors.parse_cursor(request.GET.get("after")),
         descending=True,
     )
     for d in rows:
         d.kind_label = KINDS[d.event.kind].label if d.event.kind in KINDS else "Test"
-    signature = sel.signature(
+    signature = selectors.signature(
         [(d.pk, d.state, d.attempts, d.next_attempt_at) for d in rows], next_cursor
     )
     return rows, next_cursor, state, channel, channels, signature

@@ -9,7 +9,7 @@ Importable without Django configured, so that tests can run it as a subprocess
 
 Three systems live on one port, under path prefixes; a Takeover tool's ``base_url`` names
 one. Between them they offer every kind of tool the protocol's optional capabilities describe
-(README, "The tool protocol"; issue 13):
+(README, "The tool protocol"):
 
 ``/tickets`` (``unsafe``, no lookup)
     Records ``{"state": {...}, "version": int}`` per target. Applying an effect merges

@@ -8,8 +8,8 @@ import struct
 import time
 from dataclasses import asdict
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler
-from typing import TYPE_CHECKING, Any
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from takeover_client.tool import (
@@ -29,9 +29,6 @@ from demo.downstream_store import (
     validate_fault,
 )
 
-if TYPE_CHECKING:
-    from demo.downstream import DemoDownstreamServer
-
 # --- HTTP ----------------------------------------------------------------------------------
 
 
@@ -42,7 +39,7 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "TakeoverDemoDownstream/1.0"
     # Idle keep-alive connections are dropped after this; it does not limit a slow answer.
     timeout = IDLE_TIMEOUT_SECONDS
-    server: "DemoDownstreamServer"
+    server: ThreadingHTTPServer  # demo.downstream.DemoDownstreamServer: its store and tools
 
     def setup(self) -> None:
         super().setup()

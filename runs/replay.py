@@ -51,9 +51,9 @@ class ReplayVerdict:
     message: str
     tools_at_risk: list[str] | None
     # Tools the run called whose every call an operator resolved as failed: not applied,
-    # so not at risk (issue 12, "resolve feeds replay").
+    # so not at risk.
     not_applied: list[str] = field(default_factory=list)
-    # Tools the run called that their declarations make safe to repeat (issue 13): each
+    # Tools the run called that their declarations make safe to repeat: each
     # `{"tool", "effect", "lookup", "declared_by", "declared_at", "why"}`.
     safe_tools: list[dict] = field(default_factory=list)
 

@@ -455,7 +455,7 @@ WAIT_MAX_PER_PRINCIPAL = int(os.environ.get("WAIT_MAX_PER_PRINCIPAL", 2))
 WAIT_MAX_PER_PROCESS = int(os.environ.get("WAIT_MAX_PER_PROCESS", 4))
 # An unknown outcome at a tool declared `idempotent` (or `read_only`) is sent again with the
 # same Idempotency-Key at most this many times, the first after this delay, doubling
-# (issue 13). An `unsafe` tool is never re-sent past the boundary, whatever these say.
+# . An `unsafe` tool is never re-sent past the boundary, whatever these say.
 IDEMPOTENT_RESEND_LIMIT = int(os.environ.get("IDEMPOTENT_RESEND_LIMIT", 2))
 IDEMPOTENT_RESEND_DELAY_SECONDS = env_float("IDEMPOTENT_RESEND_DELAY_SECONDS", 5)
 RECONCILE_READ_ATTEMPTS = 3
@@ -468,7 +468,7 @@ APPROVAL_REQUEST_TTL_SECONDS = env_float("APPROVAL_REQUEST_TTL_SECONDS", 24 * 36
 RUN_STALE_AFTER = env_float("RUN_STALE_AFTER", 6 * 3600)
 ACTION_WAIT_MAX_SECONDS = 30
 # A resolve decided on a read of the authoritative state older than this is refused until
-# someone re-reads (issue 12: decisions are not made on a stale diff).
+# someone re-reads (decisions are not made on a stale diff).
 RESOLVE_READ_MAX_AGE_SECONDS = env_float("RESOLVE_READ_MAX_AGE_SECONDS", 60)
 # Opening an unknown / needs_human action re-reads in the background when the latest read is
 # older than this (on-call only; the read is side-effect free).

@@ -114,7 +114,7 @@ def test_screenshots(live_db, downstream, new_page, console_server):
             actor=agent_of(w),
         )
 
-    # What tools declare (issue 13): an e-mail settled by the outbox's lookup, one the
+    # What tools declare: an e-mail settled by the outbox's lookup, one the
     # outbox never received and that was sent again, and a run whose replay they make safe.
     safe_run = start_run(w, config={"campaign": "renewal-2026-12"})
     by_lookup = make_settled_by_lookup(w, run=safe_run, target="maria.lopez@example.com")

@@ -1,4 +1,4 @@
-"""Issue 12, what the first pass left open, in headless Chromium: notifications set up in the
+"""In headless Chromium: notifications set up in the
 console and delivered by a real worker to a real receiver that verifies their signature; the
 approval SLA escalated through them; bulk decisions whose preview matches what the confirm
 does; and the run page following the run without wiping a typed reason."""

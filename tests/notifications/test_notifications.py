@@ -1,4 +1,4 @@
-"""Notifications end to end (issue 12, part 5): emitted in the transaction of their cause,
+"""Notifications end to end: emitted in the transaction of their cause,
 delivered by a real Celery worker to a real receiver on localhost, signed, retried with
 backoff, given up and audited; time-based ones fire once each; e-mail through Django's
 mail backend to the operators who asked for it; Slack's format."""
