@@ -43,13 +43,22 @@ HEADER = (
     "\n"
 )
 SKIPPED_HEADERS = {"X-Takeover-Tenant"}  # the client's own option, on every request
-# The parts of the API, by the schema's tags: one module of operations (and of the models
-# only they answer with) each.
+# The parts of the API, by the schema's tags: one module of operations each. Models: what
+# an operation answers with in `models/resources.py`, the rest (enums, nested objects) in
+# `models/common.py`.
 GROUPS = {
-    "runs": ["runs", "replays", "force-replay-requests", "settings", "me"],
-    "actions": ["actions", "queue", "bulk", "idempotency-conflicts"],
-    "approvals": ["approvals", "approval-requests", "ledger"],
-    "setup": ["tools", "tokens", "principals", "audit"],
+    "runs": [
+        "runs",
+        "replays",
+        "force-replay-requests",
+        "settings",
+        "me",
+        "actions",
+        "queue",
+        "bulk",
+        "idempotency-conflicts",
+    ],
+    "admin": ["approvals", "approval-requests", "ledger", "tools", "tokens", "principals", "audit"],
 }
 GROUP_OF = {tag: group for group, tags in GROUPS.items() for tag in tags}
 
@@ -143,22 +152,22 @@ def operations_of(document: dict[str, Any]) -> list[tuple[str, str, str, dict[st
 
 
 def model_groups(document: dict[str, Any]) -> dict[str, str]:
-    """Each emitted component's module: the one part of the API that answers with it, or
-    `common` (enums, nested components, those several parts answer with)."""
-    seen: dict[str, set[str]] = {}
-    for group, _, _, op in operations_of(document):
+    """Each emitted component's module: `resources` for what an operation answers with,
+    `common` (the default) for enums and nested components."""
+    placed = {}
+    for _, _, _, op in operations_of(document):
         for status, response in op["responses"].items():
             schema = response.get("content", {}).get("application/json", {}).get("schema")
             if status.startswith("2") and schema and "$ref" in schema:
-                seen.setdefault(ref_name(schema["$ref"]), set()).add(group)
-    return {name: next(iter(groups)) for name, groups in seen.items() if len(groups) == 1}
+                placed[ref_name(schema["$ref"])] = "resources"
+    return placed
 
 
 def render_models(document: dict[str, Any]) -> dict[str, str]:
     components = document["components"]["schemas"]
     types = Types(components)
     placed = model_groups(document)
-    bodies: dict[str, list[str]] = {group: [] for group in ["common", *GROUPS]}
+    bodies: dict[str, list[str]] = {"common": [], "resources": []}
     names: dict[str, list[str]] = {group: [] for group in bodies}
     for name in sorted(components):
         schema = components[name]
@@ -194,7 +203,7 @@ def render_models(document: dict[str, Any]) -> dict[str, str]:
     for group, body in bodies.items():
         text = "\n".join(body)
         used = sorted({n for n in re.findall(r"\b[A-Z]\w*\b", text) if home.get(n, group) != group})
-        where = "shared by several parts of the API" if group == "common" else f"of {group}"
+        where = "(enums, nested objects)" if group == "common" else "(what operations answer)"
         imports = {}
         for name in used:
             imports.setdefault(home[name], []).append(name)

@@ -137,16 +137,37 @@ def alerts_sweep(*, now=None) -> int:
     return _unknown_overdue(now) + _requests_expiring(now) + _requests_over_sla(now)
 
 
+def _fire(kind: str, threshold: str, due, notice) -> int:
+    """For each tenant listening for `kind` whose `threshold` setting is on: `due(tenant)`
+    lists its subjects, `notice(tenant, subject)` says (subject_type, summary, data); each
+    is emitted in its own transaction, once."""
+    fired = 0
+    tenants = Tenant.objects.filter(pk__in=tenants_listening(kind), **{f"{threshold}__gt": 0})
+    for tenant in tenants:
+        for subject in due(tenant):
+            subject_type, summary, data = notice(tenant, subject)
+            with transaction.atomic():
+                fired += bool(
+                    _emit(
+                        tenant=tenant,
+                        kind=kind,
+                        subject_type=subject_type,
+                        subject_id=subject.pk,
+                        summary=summary,
+                        data=data,
+                    )
+                )
+    return fired
+
+
 def _unknown_overdue(now) -> int:
     kind = "action.unknown_overdue"
-    fired = 0
-    for tenant in Tenant.objects.filter(
-        pk__in=tenants_listening(kind), unknown_alert_seconds__gt=0
-    ):
+
+    def due(tenant):
         limit = timedelta(seconds=tenant.unknown_alert_seconds)
         # `updated_at` is when the action last changed state: reads that keep failing do
         # not touch it, so it says since when the action has been unknown.
-        due = (
+        return (
             Action.objects.filter(
                 tenant=tenant, state=ActionState.UNKNOWN, updated_at__lte=now - limit
             )
@@ -154,100 +175,74 @@ def _unknown_overdue(now) -> int:
             .select_related("tool", "principal", "tenant")
             .order_by("updated_at")[:SWEEP_LIMIT]
         )
-        for action in due:
-            since = (now - action.updated_at).total_seconds()
-            with transaction.atomic():
-                fired += bool(
-                    _emit(
-                        tenant=tenant,
-                        kind=kind,
-                        subject_type="action",
-                        subject_id=action.pk,
-                        summary=f"{action.tool.name} → {action.target} has been unknown for "
-                        f"{_minutes(since)} (threshold {_minutes(limit.total_seconds())}): "
-                        "reconciliation has not proven its outcome yet.",
-                        data={
-                            **_action_data(action),
-                            "unknown_since": action.updated_at.isoformat(),
-                            "reconcile_failures": action.reconcile_failures,
-                        },
-                    )
-                )
-    return fired
+
+    def notice(tenant, action):
+        since = (now - action.updated_at).total_seconds()
+        summary = (
+            f"{action.tool.name} → {action.target} has been unknown for {_minutes(since)} "
+            f"(threshold {_minutes(tenant.unknown_alert_seconds)}): reconciliation has not "
+            "proven its outcome yet."
+        )
+        data = {
+            **_action_data(action),
+            "unknown_since": action.updated_at.isoformat(),
+            "reconcile_failures": action.reconcile_failures,
+        }
+        return "action", summary, data
+
+    return _fire(kind, "unknown_alert_seconds", due, notice)
 
 
-def _pending(tenant, kind):
-    return (
-        ApprovalRequest.objects.filter(tenant=tenant, state=RequestState.PENDING)
+def _pending(tenant, kind, **when):
+    """A tenant's pending requests `kind` has not fired for, with their actions loaded."""
+    requests = list(
+        ApprovalRequest.objects.filter(tenant=tenant, state=RequestState.PENDING, **when)
         .exclude(pk__in=already_fired(kind, tenant.pk))
         .select_related("tool", "principal", "tenant")
+        .order_by("expires_at" if "expires_at__lte" in when else "created_at")[:SWEEP_LIMIT]
     )
-
-
-def _actions_of(requests) -> dict:
-    ids = [r.action_id for r in requests]
-    return {a.pk: a for a in Action.objects.filter(pk__in=ids)}
+    actions = {a.pk: a for a in Action.objects.filter(pk__in=[r.action_id for r in requests])}
+    for request in requests:
+        request.waiting_action = actions.get(request.action_id)
+    return requests
 
 
 def _requests_expiring(now) -> int:
     kind = "approval.expiring"
-    fired = 0
-    for tenant in Tenant.objects.filter(
-        pk__in=tenants_listening(kind), approval_expiry_warning_seconds__gt=0
-    ):
+
+    def due(tenant):
         warn = timedelta(seconds=tenant.approval_expiry_warning_seconds)
-        due = list(
-            _pending(tenant, kind)
-            .filter(expires_at__gt=now, expires_at__lte=now + warn)
-            .order_by("expires_at")[:SWEEP_LIMIT]
+        return _pending(tenant, kind, expires_at__gt=now, expires_at__lte=now + warn)
+
+    def notice(tenant, request):
+        left = (request.expires_at - now).total_seconds()
+        summary = (
+            f"Approval request for {request.tool.name} → {request.target} expires in "
+            f"{_minutes(left)}; without a decision its action is blocked (approval_expired)."
         )
-        actions = _actions_of(due)
-        for request in due:
-            left = (request.expires_at - now).total_seconds()
-            with transaction.atomic():
-                fired += bool(
-                    _emit(
-                        tenant=tenant,
-                        kind=kind,
-                        subject_type="approvalrequest",
-                        subject_id=request.pk,
-                        summary=f"Approval request for {request.tool.name} → {request.target} "
-                        f"expires in {_minutes(left)}; without a decision its action is "
-                        "blocked (approval_expired).",
-                        data=_request_data(request, actions.get(request.action_id)),
-                    )
-                )
-    return fired
+        return "approvalrequest", summary, _request_data(request, request.waiting_action)
+
+    return _fire(kind, "approval_expiry_warning_seconds", due, notice)
 
 
 def _requests_over_sla(now) -> int:
     """The SLA escalation: a request that waited longer than its tenant's approval SLA."""
     kind = "approval.sla_breached"
-    fired = 0
-    for tenant in Tenant.objects.filter(pk__in=tenants_listening(kind), approval_sla_seconds__gt=0):
+
+    def due(tenant):
         sla = timedelta(seconds=tenant.approval_sla_seconds)
-        due = list(
-            _pending(tenant, kind)
-            .filter(created_at__lte=now - sla, expires_at__gt=now)
-            .order_by("created_at")[:SWEEP_LIMIT]
+        return _pending(tenant, kind, created_at__lte=now - sla, expires_at__gt=now)
+
+    def notice(tenant, request):
+        waited = (now - request.created_at).total_seconds()
+        summary = (
+            f"Approval request for {request.tool.name} → {request.target} has waited "
+            f"{_minutes(waited)}, over the {_minutes(tenant.approval_sla_seconds)} approval SLA."
         )
-        actions = _actions_of(due)
-        for request in due:
-            waited = (now - request.created_at).total_seconds()
-            with transaction.atomic():
-                fired += bool(
-                    _emit(
-                        tenant=tenant,
-                        kind=kind,
-                        subject_type="approvalrequest",
-                        subject_id=request.pk,
-                        summary=f"Approval request for {request.tool.name} → {request.target} "
-                        f"has waited {_minutes(waited)}, over the {_minutes(sla.total_seconds())}"
-                        " approval SLA.",
-                        data={
-                            **_request_data(request, actions.get(request.action_id)),
-                            "sla_seconds": tenant.approval_sla_seconds,
-                        },
-                    )
-                )
-    return fired
+        data = {
+            **_request_data(request, request.waiting_action),
+            "sla_seconds": tenant.approval_sla_seconds,
+        }
+        return "approvalrequest", summary, data
+
+    return _fire(kind, "approval_sla_seconds", due, notice)

@@ -13,9 +13,9 @@ as unknowns to reconcile, never as queued.
 """
 
 import contextlib
-from datetime import timedelta
 import logging
 import time
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction

@@ -3,10 +3,8 @@
 Generated from the OpenAPI schema by client/generate.py: do not edit by hand."""
 
 from .._api import AsyncBase, SyncBase
-from .actions import ActionsOperations
-from .approvals import ApprovalsOperations
+from .admin import AdminOperations
 from .runs import RunsOperations
-from .setup import SetupOperations
 
 OPERATIONS = [
     "actions_acknowledge",
@@ -55,10 +53,10 @@ OPERATIONS = [
 ]
 
 
-class Api(RunsOperations, ActionsOperations, ApprovalsOperations, SetupOperations, SyncBase):
+class Api(RunsOperations, AdminOperations, SyncBase):
     """Every operation of the schema, synchronous; results are `models` dataclasses."""
 
 
-class AsyncApi(RunsOperations, ActionsOperations, ApprovalsOperations, SetupOperations, AsyncBase):
+class AsyncApi(RunsOperations, AdminOperations, AsyncBase):
     """Every operation of the schema, each returning an awaitable of the same `models`
     dataclass (`await client.api.<operation>(...)`)."""

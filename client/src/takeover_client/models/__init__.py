@@ -2,17 +2,7 @@
 
 Generated from the OpenAPI schema by client/generate.py: do not edit by hand."""
 
-from .actions import ActionPage, BulkPlanOut, BulkResultOut, IdempotencyConflictPage
-from .approvals import (
-    ApprovalOut,
-    ApprovalPage,
-    ApprovalRequestOut,
-    ApprovalRequestPage,
-    LedgerEntryOut,
-    LedgerEntryPage,
-)
 from .common import (
-    ActionOut,
     ActionStateEnum,
     ActionSummaryOut,
     ActorOut,
@@ -59,19 +49,28 @@ from .common import (
     VerdictEnum,
     WillEnum,
 )
-from .runs import (
+from .resources import (
+    ActionOut,
+    ActionPage,
+    ApprovalOut,
+    ApprovalPage,
+    ApprovalRequestOut,
+    ApprovalRequestPage,
+    AuditEventPage,
+    BulkPlanOut,
+    BulkResultOut,
     ForceReplayRequestOut,
     ForceReplayRequestPage,
+    IdempotencyConflictPage,
+    LedgerEntryOut,
+    LedgerEntryPage,
     MeOut,
+    PrincipalCreatedOut,
     ReplayPage,
     RunDetailOut,
     RunOut,
     RunPage,
     TenantSettingsOut,
-)
-from .setup import (
-    AuditEventPage,
-    PrincipalCreatedOut,
     TokenCreatedOut,
     TokenOut,
     TokenPage,

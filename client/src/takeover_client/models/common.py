@@ -1,4 +1,4 @@
-"""The API's resources shared by several parts of the API, typed: one dataclass each.
+"""The API's resources (enums, nested objects), typed: one dataclass each.
 
 Generated from the OpenAPI schema by client/generate.py: do not edit by hand."""
 
@@ -109,41 +109,6 @@ WillEnum = Literal[
     "force_request",
     "skip",
 ]
-
-
-@dataclass(frozen=True, kw_only=True)
-class ActionOut(Model):
-    """The `ActionOut` schema."""
-
-    id: str
-    run: str
-    tenant: str
-    principal: str
-    tool: str
-    target: str
-    desired_state: dict[str, Any]
-    expected_version: int | None
-    idempotency_key: str
-    effect: EffectEnum
-    """The tool's effect declaration when this was proposed: a `read_only` tool's action needs no
-    approval and holds no ledger key."""
-    state: ActionStateEnum
-    block_reason: BlockReasonEnum | None
-    failure_reason: FailureReasonEnum | None
-    resolution: ResolutionEnum | None
-    resolution_reason: str | None
-    approval_id: str | None
-    approval_request_id: str | None
-    replayed: bool
-    """True when answered from the ledger (same key)."""
-    content_changed: bool
-    """On a ledger hit: non-identity fields of desired_state differ."""
-    attempts: list[AttemptOut]
-    reconciliations: list[ReconciliationOut]
-    claimed_by: str | None
-    """The on-call holding it in the console."""
-    created_at: datetime
-    updated_at: datetime
 
 
 @dataclass(frozen=True, kw_only=True)

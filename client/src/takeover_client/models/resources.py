@@ -1,0 +1,453 @@
+"""The API's resources (what operations answer), typed: one dataclass each.
+
+Generated from the OpenAPI schema by client/generate.py: do not edit by hand."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from .._model import Model
+
+if TYPE_CHECKING:  # annotations only: `Model` resolves them by name
+    from .common import (
+        ActionStateEnum,
+        ActionSummaryOut,
+        ActorOut,
+        ApprovalRequestStateEnum,
+        ApprovalStateEnum,
+        AttemptOut,
+        AuditEventOut,
+        BlockReasonEnum,
+        BulkItemOut,
+        BulkPlanOutOperationEnum,
+        BulkResultItemOut,
+        EffectEnum,
+        FailureReasonEnum,
+        ForceReplayRequestOutStateEnum,
+        IdempotencyConflictOut,
+        InputFileOut,
+        LedgerStatusEnum,
+        MeOutKindEnum,
+        ReconciliationOut,
+        ReplayOut,
+        ReplayVerdictOut,
+        ResolutionEnum,
+        ResolveOutcomeEnum,
+        RolesEnum,
+        RunStatusEnum,
+        TokenStateEnum,
+        TriggerEnum,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ActionOut(Model):
+    """The `ActionOut` schema."""
+
+    id: str
+    run: str
+    tenant: str
+    principal: str
+    tool: str
+    target: str
+    desired_state: dict[str, Any]
+    expected_version: int | None
+    idempotency_key: str
+    effect: EffectEnum
+    """The tool's effect declaration when this was proposed: a `read_only` tool's action needs no
+    approval and holds no ledger key."""
+    state: ActionStateEnum
+    block_reason: BlockReasonEnum | None
+    failure_reason: FailureReasonEnum | None
+    resolution: ResolutionEnum | None
+    resolution_reason: str | None
+    approval_id: str | None
+    approval_request_id: str | None
+    replayed: bool
+    """True when answered from the ledger (same key)."""
+    content_changed: bool
+    """On a ledger hit: non-identity fields of desired_state differ."""
+    attempts: list[AttemptOut]
+    reconciliations: list[ReconciliationOut]
+    claimed_by: str | None
+    """The on-call holding it in the console."""
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class ActionPage(Model):
+    """The `ActionPage` schema."""
+
+    results: list[ActionOut]
+    next: str | None
+    """Pass as `cursor` for the next page; null at the end."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApprovalOut(Model):
+    """The `ApprovalOut` schema."""
+
+    principal: str
+    tool: str
+    target: str
+    desired_state: dict[str, Any]
+    expected_version: int | None
+    id: str
+    state: ApprovalStateEnum
+    tenant: str
+    expires_at: datetime
+    granted_by: ActorOut
+    granted_at: datetime
+    consumed_by_action: str | None
+    consumed_at: datetime | None
+    request: str | None
+    """The approval request it answered."""
+    revoked_at: datetime | None
+    revoke_reason: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApprovalPage(Model):
+    """The `ApprovalPage` schema."""
+
+    results: list[ApprovalOut]
+    next: str | None
+    """Pass as `cursor` for the next page; null at the end."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApprovalRequestOut(Model):
+    """The `ApprovalRequestOut` schema."""
+
+    principal: str
+    tool: str
+    target: str
+    desired_state: dict[str, Any]
+    expected_version: int | None
+    id: str
+    action: str
+    state: ApprovalRequestStateEnum
+    tenant: str
+    created_at: datetime
+    expires_at: datetime | None
+    decided_by: ActorOut | None
+    decided_at: datetime | None
+    reason: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApprovalRequestPage(Model):
+    """The `ApprovalRequestPage` schema."""
+
+    results: list[ApprovalRequestOut]
+    next: str | None
+    """Pass as `cursor` for the next page; null at the end."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuditEventPage(Model):
+    """The `AuditEventPage` schema."""
+
+    results: list[AuditEventOut]
+    next: str | None
+    """Pass as `cursor` for the next page; null at the end."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BulkPlanOut(Model):
+    """The `BulkPlanOut` schema."""
+
+    operation: BulkPlanOutOperationEnum
+    outcome: ResolveOutcomeEnum | None
+    reason: str
+    force: bool
+    signature: str
+    """Pass it to /bulk/apply to confirm exactly this plan."""
+    items: list[BulkItemOut]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BulkResultOut(Model):
+    """The `BulkResultOut` schema."""
+
+    plan: BulkPlanOut
+    results: list[BulkResultItemOut]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ForceReplayRequestOut(Model):
+    """The `ForceReplayRequestOut` schema."""
+
+    id: str
+    run: str
+    state: ForceReplayRequestOutStateEnum
+    requested_by: ActorOut
+    reason: str
+    tools_at_risk: list[str] | None
+    decided_by: ActorOut | None
+    decided_at: datetime | None
+    decision_reason: str | None
+    new_run: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class ForceReplayRequestPage(Model):
+    """The `ForceReplayRequestPage` schema."""
+
+    results: list[ForceReplayRequestOut]
+    next: str | None
+    """Pass as `cursor` for the next page; null at the end."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class IdempotencyConflictPage(Model):
+    """The `IdempotencyConflictPage` schema."""
+
+    results: list[IdempotencyConflictOut]
+    next: str | None
+    """Pass as `cursor` for the next page; null at the end."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LedgerEntryOut(Model):
+    """The `LedgerEntryOut` schema."""
+
+    id: str
+    tenant: str
+    key: str
+    generation: int
+    tool: str
+    action: str | None
+    status: LedgerStatusEnum
+    fingerprint: str
+    created_at: datetime
+    updated_at: datetime
+    revoked: bool
+    revoked_at: datetime | None
+    revoked_reason: str | None
+    revoked_by: ActorOut | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LedgerEntryPage(Model):
+    """The `LedgerEntryPage` schema."""
+
+    results: list[LedgerEntryOut]
+    next: str | None
+    """Pass as `cursor` for the next page; null at the end."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MeOut(Model):
+    """The `MeOut` schema."""
+
+    kind: MeOutKindEnum
+    name: str
+    tenant: str
+    roles: list[RolesEnum]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrincipalCreatedOut(Model):
+    """The `PrincipalCreatedOut` schema."""
+
+    id: str
+    name: str
+    tenant: str
+    token: str
+    """Shown once; only its hash is stored."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplayPage(Model):
+    """The `ReplayPage` schema."""
+
+    results: list[ReplayOut]
+    next: str | None
+    """Pass as `cursor` for the next page; null at the end."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunDetailOut(Model):
+    """The `RunDetailOut` schema."""
+
+    id: str
+    tenant: str
+    principal: str
+    trigger: TriggerEnum
+    config: dict[str, Any]
+    input_file: InputFileOut | None
+    session_id: str
+    status: RunStatusEnum
+    attempts: int
+    error_message: str
+    replay_of: str | None
+    tools_executed: list[str] | None
+    """[] verified no tool called; a list of tools called; null unknown."""
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    heartbeat_at: datetime | None
+    actions: list[ActionSummaryOut]
+    replay_verdict: ReplayVerdictOut
+    """What a replay without force would answer."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOut(Model):
+    """The `RunOut` schema."""
+
+    id: str
+    tenant: str
+    principal: str
+    trigger: TriggerEnum
+    config: dict[str, Any]
+    input_file: InputFileOut | None
+    session_id: str
+    status: RunStatusEnum
+    attempts: int
+    error_message: str
+    replay_of: str | None
+    tools_executed: list[str] | None
+    """[] verified no tool called; a list of tools called; null unknown."""
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    heartbeat_at: datetime | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunPage(Model):
+    """The `RunPage` schema."""
+
+    results: list[RunOut]
+    next: str | None
+    """Pass as `cursor` for the next page; null at the end."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TenantSettingsOut(Model):
+    """The `TenantSettingsOut` schema."""
+
+    four_eyes_force_replay: bool
+    approval_sla_seconds: int
+    """0: no SLA."""
+    unknown_alert_seconds: int
+    """0: unknown actions are not notified."""
+    approval_expiry_warning_seconds: int
+    """0: expiring requests are not notified."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenCreatedOut(Model):
+    """The `TokenCreatedOut` schema."""
+
+    id: str
+    label: str
+    """The first characters, to tell tokens apart."""
+    name: str
+    owner: ActorOut
+    state: TokenStateEnum
+    created_at: datetime
+    expires_at: datetime | None
+    last_used_at: datetime | None
+    """Written at most once a minute."""
+    revoked_at: datetime | None
+    rotated_from: str | None
+    token: str
+    """Shown once; only its hash is stored."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenOut(Model):
+    """The `TokenOut` schema."""
+
+    id: str
+    label: str
+    """The first characters, to tell tokens apart."""
+    name: str
+    owner: ActorOut
+    state: TokenStateEnum
+    created_at: datetime
+    expires_at: datetime | None
+    last_used_at: datetime | None
+    """Written at most once a minute."""
+    revoked_at: datetime | None
+    rotated_from: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenPage(Model):
+    """The `TokenPage` schema."""
+
+    results: list[TokenOut]
+    next: str | None
+    """Pass as `cursor` for the next page; null at the end."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCreatedOut(Model):
+    """The `ToolCreatedOut` schema."""
+
+    id: str
+    name: str
+    base_url: str | None = None
+    effect: EffectEnum
+    """`read_only`: no side effect (no approval, no ledger key, never at risk in a replay);
+    `idempotent`: applies an Idempotency-Key at most once and answers a repeat with the first
+    result (an unknown outcome is re-sent with the same key); `unsafe`: neither (the default)."""
+    lookup: bool
+    """Answers GET {base_url}/effects/{key}: 200 `{applied: true, state, version}` or 404;
+    reconciliation asks it first."""
+    declared_by: ActorOut | None
+    """Who made the declaration in force."""
+    declared_at: datetime | None
+    requires_approval: bool
+    identity_fields: list[str]
+    timeout_seconds: float
+    created_at: datetime
+    signing_secret_created_at: datetime | None = None
+    previous_secret_expires_at: datetime | None = None
+    """While set and in the future, requests are signed with the previous secret too."""
+    signing_secret: str
+    """The secret every request to this tool is signed with (`Takeover-Signature`): shown this
+    once."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolOut(Model):
+    """The `ToolOut` schema."""
+
+    id: str
+    name: str
+    base_url: str | None = None
+    effect: EffectEnum
+    """`read_only`: no side effect (no approval, no ledger key, never at risk in a replay);
+    `idempotent`: applies an Idempotency-Key at most once and answers a repeat with the first
+    result (an unknown outcome is re-sent with the same key); `unsafe`: neither (the default)."""
+    lookup: bool
+    """Answers GET {base_url}/effects/{key}: 200 `{applied: true, state, version}` or 404;
+    reconciliation asks it first."""
+    declared_by: ActorOut | None
+    """Who made the declaration in force."""
+    declared_at: datetime | None
+    requires_approval: bool
+    identity_fields: list[str]
+    timeout_seconds: float
+    created_at: datetime
+    signing_secret_created_at: datetime | None = None
+    previous_secret_expires_at: datetime | None = None
+    """While set and in the future, requests are signed with the previous secret too."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolPage(Model):
+    """The `ToolPage` schema."""
+
+    results: list[ToolOut]
+    next: str | None
+    """Pass as `cursor` for the next page; null at the end."""
