@@ -1,7 +1,7 @@
 from django.urls import path, register_converter
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from .views import action, approval, run, setup
+from .views import action, admin, run
 
 
 class ToolName:
@@ -51,25 +51,23 @@ urlpatterns = [
     path("bulk/preview", action.bulk_preview, name="bulk-preview"),
     path("bulk/apply", action.bulk_apply, name="bulk-apply"),
     path("idempotency-conflicts", action.idempotency_conflicts, name="idempotency-conflicts"),
-    path("approval-requests", approval.approval_requests, name="approval-requests"),
+    path("approval-requests", admin.approval_requests, name="approval-requests"),
+    path("approval-requests/<uuid:pk>/grant", admin.approval_request_grant, name="request-grant"),
+    path("approval-requests/<uuid:pk>/deny", admin.approval_request_deny, name="request-deny"),
+    path("approvals", admin.approvals_collection, name="approvals"),
+    path("approvals/<uuid:pk>", admin.approval_detail, name="approval"),
+    path("approvals/<uuid:pk>/revoke", admin.approval_revoke, name="approval-revoke"),
+    path("ledger", admin.ledger, name="ledger"),
+    path("ledger/<uuid:pk>/revoke", admin.ledger_revoke_view, name="ledger-revoke"),
+    path("audit", admin.audit, name="audit"),
+    path("tools", admin.tools, name="tools"),
+    path("tools/<tool:name>", admin.tool_detail, name="tool"),
+    path("tools/<tool:name>/declaration", admin.tool_declaration, name="tool-declaration"),
     path(
-        "approval-requests/<uuid:pk>/grant", approval.approval_request_grant, name="request-grant"
+        "tools/<tool:name>/rotate-secret", admin.tool_rotate_secret_view, name="tool-rotate-secret"
     ),
-    path("approval-requests/<uuid:pk>/deny", approval.approval_request_deny, name="request-deny"),
-    path("approvals", approval.approvals_collection, name="approvals"),
-    path("approvals/<uuid:pk>", approval.approval_detail, name="approval"),
-    path("approvals/<uuid:pk>/revoke", approval.approval_revoke, name="approval-revoke"),
-    path("ledger", setup.ledger, name="ledger"),
-    path("ledger/<uuid:pk>/revoke", setup.ledger_revoke_view, name="ledger-revoke"),
-    path("audit", setup.audit, name="audit"),
-    path("tools", setup.tools, name="tools"),
-    path("tools/<tool:name>", setup.tool_detail, name="tool"),
-    path("tools/<tool:name>/declaration", setup.tool_declaration, name="tool-declaration"),
-    path(
-        "tools/<tool:name>/rotate-secret", setup.tool_rotate_secret_view, name="tool-rotate-secret"
-    ),
-    path("principals", setup.principals, name="principals"),
-    path("tokens", setup.tokens, name="tokens"),
-    path("tokens/<uuid:pk>/revoke", setup.token_revoke_view, name="token-revoke"),
-    path("tokens/<uuid:pk>/rotate", setup.token_rotate_view, name="token-rotate"),
+    path("principals", admin.principals, name="principals"),
+    path("tokens", admin.tokens, name="tokens"),
+    path("tokens/<uuid:pk>/revoke", admin.token_revoke_view, name="token-revoke"),
+    path("tokens/<uuid:pk>/rotate", admin.token_rotate_view, name="token-rotate"),
 ]
