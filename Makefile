@@ -46,7 +46,7 @@ test: $(STAMP) $(CHROMIUM)
 	$(BIN)/pytest -n $(TEST_PROCESSES) -m "not serial" $(PYTEST_ARGS)
 	$(BIN)/pytest -m serial $(PYTEST_ARGS)
 
-# takeover_client's typed layer (models.py, api.py) from the API schema; `make test` checks it.
+# takeover_client's typed layer (models/, api/) from the API schema; `make test` checks it.
 client-api: $(STAMP)
 	$(BIN)/python manage.py spectacular --file var/openapi.yaml
 	$(BIN)/python client/generate.py var/openapi.yaml

@@ -21,7 +21,7 @@ os.environ.setdefault("SAFE_RETRY_DELAY_SECONDS", "3")
 os.environ.setdefault("DISPATCH_LEASE_GRACE_SECONDS", "3")
 os.environ.setdefault("RECONCILE_LEASE_GRACE_SECONDS", "3")
 os.environ.setdefault("SWEEP_INTERVAL_SECONDS", "1")
-# Resends to idempotent tools (issue 13) after half a second, not five.
+# Resends to idempotent tools after half a second, not five.
 os.environ.setdefault("IDEMPOTENT_RESEND_DELAY_SECONDS", "0.5")
 # The test process and its workers name different databases (takeover / test_takeover), so
 # the per-deployment default queue would differ between them: name it.
