@@ -33,18 +33,33 @@ class BenchError(Exception):
     pass
 
 
+def agents_for(stack, tenant, token, clients: int) -> list:
+    """One agent per client: each client is a runtime with an identity of its own, as the
+    server caps concurrent waits per principal (WAIT_MAX_PER_PRINCIPAL, per web process)."""
+    from core.audit import SYSTEM
+    from core.services import principal_create
+
+    agents = [loadgen.Agent(stack.url, token, tenant.slug)]
+    for i in range(1, clients):
+        _principal, more = principal_create(tenant=tenant, name=f"bench-agent-{i}", actor=SYSTEM)
+        agents.append(loadgen.Agent(stack.url, more, tenant.slug))
+    return agents
+
+
 def _propose(agent, run_id, key, target):
     return agent.propose(
         run_id, key, tool="update_ticket", target=target, desired_state={"status": "done"}
     )
 
 
-def effects(agent, count: int, clients: int):
-    """`count` new effects from `clients` synchronous clients (propose, await, next).
-    Returns ([(key, target, action_id)], propose latencies, effect latencies)."""
+def effects(agents, count: int, clients: int):
+    """`count` new effects from `clients` synchronous clients (propose, await, next), client
+    t as `agents[t]`. Returns ([(key, target, action_id, seen at, client)], propose
+    latencies, effect latencies)."""
     prefix = uuid.uuid4().hex[:8]
 
     def share(t):
+        agent = agents[t % len(agents)]
         run_id = agent.start_run()
         mine, proposing, whole = [], [], []
         for i in range(t, count, clients):
@@ -61,7 +76,7 @@ def effects(agent, count: int, clients: int):
                 raise BenchError(f"{action['id']} ended {action['state']}")
             proposing.append(proposed - started)
             whole.append(time.monotonic() - started)
-            mine.append((key, target, action["id"]))
+            mine.append((key, target, action["id"], time.time(), t))
         agent.finish(run_id)
         return mine, proposing, whole
 
@@ -73,14 +88,35 @@ def effects(agent, count: int, clients: int):
     )
 
 
-def hits(agent, keys, clients: int) -> list[float]:
+def handoffs(keys) -> dict[str, list[float]]:
+    """The wall time of each hand-off of the effects in `keys` (from `effects`), from the
+    rows' own timestamps and the client's clock (one machine, one clock): proposal committed
+    → claimed by a worker, claimed → the tool's answer recorded, recorded → the client has
+    the outcome."""
+    from runs.models import Attempt
+
+    seen = {action_id: at for _key, _target, action_id, at, _t in keys}
+    rows = Attempt.objects.filter(action_id__in=list(seen), number=1).values_list(
+        "action_id", "action__created_at", "started_at", "finished_at"
+    )
+    out = {"proposed → claimed": [], "claimed → answered": [], "answered → client has it": []}
+    for action_id, created, started, finished in rows:
+        out["proposed → claimed"].append((started - created).total_seconds())
+        out["claimed → answered"].append((finished - started).total_seconds())
+        out["answered → client has it"].append(seen[str(action_id)] - finished.timestamp())
+    return out
+
+
+def hits(agents, keys, clients: int) -> list[float]:
     """The same proposals again, from a fresh running run each (a runtime retrying after a
-    crash proposes from its new run with the same stable keys)."""
+    crash proposes from its new run with the same stable keys), each by the client (agent)
+    that proposed it first."""
 
     def share(t):
+        agent = agents[t % len(agents)]
         run_id = agent.start_run()
         latencies = []
-        for key, target, _id in keys[t::clients]:
+        for key, target, *_ in (k for k in keys if k[4] == t):
             started = time.monotonic()
             response = _propose(agent, run_id, key, target)
             latencies.append(time.monotonic() - started)
@@ -92,7 +128,7 @@ def hits(agent, keys, clients: int) -> list[float]:
     return [x for lat in loadgen.in_threads(clients, share) for x in lat]
 
 
-def reconcile(stack, agent, count: int, clients: int, *, timeout: float = 600) -> dict:
+def reconcile(stack, agents, count: int, clients: int, *, timeout: float = 600) -> dict:
     """`count` effects that the tool applies and then drops: every one goes unknown and is
     reconciled. Returns the figures (see the module docstring)."""
     from django.db.models import Count, Max, Min
@@ -108,8 +144,9 @@ def reconcile(stack, agent, count: int, clients: int, *, timeout: float = 600) -
     run_ids = []
 
     def share(t):
+        agent = agents[t % len(agents)]
         run_id = agent.start_run()
-        run_ids.append(run_id)
+        run_ids.append((agent, run_id))
         for i in range(t, count, clients):
             response = _propose(agent, run_id, f"rec-{prefix}-{i}", f"ticket:rec-{prefix}-{i}")
             if response.status_code != 201:
@@ -118,21 +155,21 @@ def reconcile(stack, agent, count: int, clients: int, *, timeout: float = 600) -
     t0 = time.monotonic()
     loadgen.in_threads(clients, share)
     proposed = time.monotonic() - t0
-    mine = Action.objects.filter(run_id__in=run_ids)
+    mine = Action.objects.filter(run_id__in=[run_id for _, run_id in run_ids])
     deadline = time.monotonic() + timeout
     while mine.filter(state__in=IN_PROGRESS).exists():
         if time.monotonic() > deadline:
             raise BenchError("reconciliation did not finish in time")
         time.sleep(0.05)
     elapsed = time.monotonic() - t0
-    for run_id in run_ids:
+    for agent, run_id in run_ids:
         agent.finish(run_id)
     httpx.delete(control, timeout=10)
     reconciled = mine.filter(state="succeeded", resolution="reconciled").count()
     if reconciled != count:
         states = dict(mine.values_list("state").annotate(n=Count("id")))
         raise BenchError(f"{reconciled} of {count} reconciled; states {states}")
-    reads = Reconciliation.objects.filter(action__run_id__in=run_ids)
+    reads = Reconciliation.objects.filter(action__in=mine)
     window = reads.aggregate(first=Min("at"), last=Max("at"))
     span = (window["last"] - window["first"]).total_seconds() if window["first"] else 0
     return {

@@ -83,7 +83,7 @@ def dispatch_pool() -> DispatchPool:
         return _pool
 
 
-def drain(*, max_seconds: float | None = None) -> int:
+def drain(*, max_seconds: float | None = None, take_wakeup: bool = True) -> int:
     """Claim and work due rows until none are left (or time is up); returns how many.
 
     Dispatches, reconciliation reads and notification deliveries run on the process's pool;
@@ -91,8 +91,13 @@ def drain(*, max_seconds: float | None = None) -> int:
     When a claim comes back full there may be more work than this process can take, so one
     more wake-up goes out (deduplicated) for a peer. Out of time with work left, it hands
     over to a fresh wake-up rather than holding a worker slot for ever.
+
+    `take_wakeup=False` is the listening drainer's (`runs.engine.listen`): it leaves the
+    broker's flag alone, and stops at the first claim that comes back short of what it could
+    take, since anything newer sends it a notification of its own.
     """
-    wakeup_taken()
+    if take_wakeup:
+        wakeup_taken()
     pool = dispatch_pool()
     batch = settings.CLAIM_BATCH_SIZE
     deadline = time.monotonic() + (max_seconds or settings.DRAIN_MAX_SECONDS)
@@ -118,7 +123,7 @@ def drain(*, max_seconds: float | None = None) -> int:
             pool.submit(notifications.deliver_claimed, delivery_id)
         got = len(claimed) + len(due) + len(sends)
         worked += got
-        if not got:
+        if not got or (not take_wakeup and got < held):
             return worked
         if got == batch:
             wake_workers()

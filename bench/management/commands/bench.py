@@ -102,7 +102,7 @@ class Command(BaseCommand):
         postmaster = phases.postmaster_pid()
         tenant, token, stack = loadgen.tenant_stack("bench", workers=opts["workers"], say=out)
         try:
-            agent = loadgen.Agent(stack.url, token, tenant.slug)
+            agent = phases.agents_for(stack, tenant, token, clients)
             out("-- warm-up: 200 effects")
             phases.effects(agent, 200, clients)
             out(f"-- {n} effects from {clients} synchronous clients")
@@ -112,6 +112,7 @@ class Command(BaseCommand):
                 keys, latencies, whole = phases.effects(agent, n, clients)
                 elapsed = time.monotonic() - t0
             costs = meter.read()
+            hand = phases.handoffs(keys)
             out("-- ledger hits")
             t0 = time.monotonic()
             hit_latencies = phases.hits(agent, keys[: opts["hits"]], clients)
@@ -137,6 +138,7 @@ class Command(BaseCommand):
             ("propose latency p50 / p99", p50_99(latencies), ""),
             ("effect latency p50 / p99", p50_99(whole), ""),
             ("ledger hit latency p50 / p99", p50_99(hit_latencies), ""),
+            *[(f"  {step} p50 / p99", p50_99(xs), "") for step, xs in hand.items()],
             ("write transactions per effect", f"{costs['xids'] / n:.2f}", ""),
             ("WAL per effect", f"{costs['wal'] / n / 1024:.1f} KB", ""),
             ("broker depth, highest", f"{depth.max}", f"{depth.samples} samples"),
