@@ -26,7 +26,8 @@ What it prints (bench/phases.py has the phases):
   '.[bench]'``; ``--skip-anchor`` to leave it out): DBOS Transact, one workflow with one
   step, in process, driven the same way on the same server (bench/dbos_anchor.py), and
   Takeover's ratio to it.
-- then ``bench_queue``'s queue-page figures (``--skip-queue`` to leave them out).
+- then ``bench_queue``'s queue-page figures (``--skip-queue`` to leave them out), and
+  ``bench_audit``'s audit log by one object at 1,000,000 events (``--skip-audit``).
 """
 
 import json
@@ -61,6 +62,7 @@ class Command(BaseCommand):
         parser.add_argument("--pgbench-seconds", type=int, default=15)
         parser.add_argument("--skip-queue", action="store_true")
         parser.add_argument("--skip-anchor", action="store_true")
+        parser.add_argument("--skip-audit", action="store_true")
         parser.add_argument("--inner", action="store_true", help="internal")
 
     def handle(self, *args, **opts):
@@ -84,6 +86,9 @@ class Command(BaseCommand):
         if not opts["skip_queue"]:
             self.stdout.write("\n-- the queue page (bench_queue)")
             call_command("bench_queue", stdout=self.stdout)
+        if not opts["skip_audit"]:
+            self.stdout.write("\n-- the audit log by one object (bench_audit)")
+            call_command("bench_audit", stdout=self.stdout)
 
     # --- the measured run, inside the bench database ---------------------------------------
 
