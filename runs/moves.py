@@ -42,7 +42,7 @@ from .states import (
     check_move,
 )
 from .waits import CHANNEL, notify_settled
-from .wakeup import notify_work, wake_workers
+from .wakeup import QUEUED, notify_work, wake_workers
 
 LEDGER_STATUS_FOR = {
     ActionState.AWAITING_APPROVAL: LedgerStatus.RESERVED,
@@ -76,7 +76,7 @@ def enqueue_dispatch(*, notified: bool = False) -> None:
     error is logged; the next sweep drains the row.
     """
     if not notified:
-        notify_work()  # the listening workers hear it at commit (runs.wakeup)
+        notify_work(QUEUED)  # the listening workers hear it at commit (runs.wakeup)
     transaction.on_commit(wake_workers_notified, robust=True)
 
 

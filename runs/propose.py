@@ -213,7 +213,7 @@ events AS (
     UNION ALL
     SELECT r.* FROM entry, jsonb_populate_record(NULL::core_auditevent, %(proposed_row)s) r
 )
-SELECT generation, pg_notify('takeover_work', '') FROM entry
+SELECT generation, pg_notify('takeover_work', 'queued') FROM entry
 """  # noqa: S608 -- RESERVE is a constant, not input
 
 

@@ -39,12 +39,16 @@ SEND_ALWAYS = "UPDATE runs_wakeup SET pending_since = now() WHERE id = 1"
 WORK_CHANNEL = "takeover_work"
 
 
-def notify_work() -> None:
-    """Tell the listening workers (runs.engine.listen) there is work. Inside a transaction it
-    is heard when that commits, and costs no transaction of its own (a NOTIFY takes an xid):
-    a proposal sends it in its own transaction."""
+QUEUED = "queued"  # the payload of a notification about new queued actions only
+
+
+def notify_work(kind: str = "") -> None:
+    """Tell the listening workers (runs.engine.listen) there is work: `QUEUED` when it is
+    only new queued actions, "" for any kind (unknowns due, deliveries). Inside a
+    transaction it is heard when that commits, and costs no transaction of its own (a
+    NOTIFY takes an xid): a proposal sends it in its own transaction."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_notify(%s, '')", [WORK_CHANNEL])
+        cursor.execute("SELECT pg_notify(%s, %s)", [WORK_CHANNEL, kind])
 
 
 def listen_conninfo() -> str:

@@ -83,7 +83,9 @@ def dispatch_pool() -> DispatchPool:
         return _pool
 
 
-def drain(*, max_seconds: float | None = None, take_wakeup: bool = True) -> int:
+def drain(
+    *, max_seconds: float | None = None, take_wakeup: bool = True, queued_only: bool = False
+) -> int:
     """Claim and work due rows until none are left (or time is up); returns how many.
 
     Dispatches, reconciliation reads and notification deliveries run on the process's pool;
@@ -94,7 +96,9 @@ def drain(*, max_seconds: float | None = None, take_wakeup: bool = True) -> int:
 
     `take_wakeup=False` is the listening drainer's (`runs.engine.listen`): it leaves the
     broker's flag alone, and stops at the first claim that comes back short of what it could
-    take, since anything newer sends it a notification of its own.
+    take, since anything newer sends it a notification of its own. `queued_only` (it heard
+    only of new queued actions): it leases those and nothing else, since unknowns due and
+    deliveries send their own wake-ups.
     """
     if take_wakeup:
         wakeup_taken()
@@ -108,9 +112,11 @@ def drain(*, max_seconds: float | None = None, take_wakeup: bool = True) -> int:
             continue
         try:
             claimed = lease_queued(held)
-            due = lease_unknown(held - len(claimed)) if len(claimed) < held else []
-            # Notification deliveries take what the engine's own work left of the permits.
-            sends = notifications.claim_deliveries(held - len(claimed) - len(due))
+            due, sends = [], []
+            if not queued_only and len(claimed) < held:
+                due = lease_unknown(held - len(claimed))
+                # Notification deliveries take what the engine's own work left of the permits.
+                sends = notifications.claim_deliveries(held - len(claimed) - len(due))
         except BaseException:
             pool.release(held)
             raise
