@@ -45,7 +45,7 @@ os.environ.setdefault("TOOL_URL_ALLOWLIST", "localhost,127.0.0.1/32,::1")
 
 # The tests are an entry point of their own: start the embedded PostgreSQL (when DATABASE_URL
 # is unset) before the project's settings read its URL.
-from takeover.embedded_db import prepare
+from takeover.embedded_db import prepare  # noqa: E402
 
 prepare(stop_at_exit=True)  # and stop it when the run ends, if this run started it
 

@@ -108,7 +108,11 @@ CODE = [
     p
     for pattern in ("*.py", "*.html", "*.js", "*.css")
     for p in ROOT.glob(f"**/{pattern}")
-    if not {".venv", "var", "node_modules", ".git"} & set(p.relative_to(ROOT).parts)
+    # Not virtualenvs (.venv, .venv-tools, ...), .git, or what runs and builds leave behind.
+    if not any(
+        part.startswith(".") or part in {"var", "node_modules", "build"}
+        for part in p.relative_to(ROOT).parts
+    )
 ]
 
 

@@ -2,8 +2,6 @@
 downstream, whose own counters judge: the one safe retry of a request that never left, a
 request that never leaves, a stale expected_version."""
 
-import time
-
 import pytest
 
 from ..scenarios import key, target
@@ -59,29 +57,22 @@ def test_stale_expected_version_fails_with_version_conflict(w):
 def test_a_worker_starved_until_its_lease_runs_out_sends_nothing(world):
     """The sweeper writes a lease off when it runs out; a call started that late could land
     after reconciliation decided. A worker that finds its lease nearly gone sends nothing and
-    leaves the action to the sweeper, as if it had been lost."""
+    leaves the action to the sweeper, as if it had been lost. (An action that waits for an
+    approval, so that no running worker takes it first; the lease is the worker's copy.)"""
     from datetime import timedelta
 
     from django.utils import timezone
 
     from runs.engine.dispatch import dispatch_leased
-    from runs.engine.leases import action_lease, expire_leases
-    from runs.models import Action
+    from runs.models import Action, Attempt
 
-    world.tool("update_ticket")
-    run = world.start_run()
-    t, k = target(), key()
-    response = world.propose(
-        run["id"], k, tool="update_ticket", target=t, desired_state={"status": "open"}
-    )
-    action, attempt = action_lease(response.json()["id"])
+    from ...builders import make_awaiting
+
+    action = make_awaiting(world)
     action.lease_expires_at = timezone.now() + timedelta(seconds=0.5)
-    Action.objects.filter(pk=action.pk).update(lease_expires_at=action.lease_expires_at)
+    attempt = Attempt(action=action, number=1, started_at=timezone.now())
 
     dispatch_leased(action, attempt)
-    assert Action.objects.get(pk=action.pk).state == "dispatching"
-    assert world.downstream.received(k) == 0
-
-    time.sleep(0.6)
-    assert expire_leases() == [action.pk]
-    assert Action.objects.get(pk=action.pk).state == "unknown"
+    assert world.downstream.received(action.idempotency_key) == 0
+    assert Action.objects.get(pk=action.pk).state == "awaiting_approval"
+    assert not Attempt.objects.filter(action=action).exists()
