@@ -445,6 +445,10 @@ CLAIM_BATCH_SIZE = int(os.environ.get("CLAIM_BATCH_SIZE", 16))
 CLAIM_LINGER_SECONDS = env_float("CLAIM_LINGER_SECONDS", 0.02)
 DISPATCH_CONCURRENCY = int(os.environ.get("DISPATCH_CONCURRENCY", 32))
 DRAIN_MAX_SECONDS = env_float("DRAIN_MAX_SECONDS", 60)
+# Each worker process LISTENs for new work and drains at once, without the broker's round trip
+# (runs/engine/listen.py); the broker stays the fallback. Off: WORKER_LISTEN=0 (behind a
+# pooler in transaction mode, unless DATABASE_LISTEN_URL points past it).
+WORKER_LISTEN = os.environ.get("WORKER_LISTEN", "1") not in {"0", "false", "no", ""}
 # A wake-up nobody picked up in this time is dropped by the broker (the sweep drains anyway).
 WAKEUP_EXPIRES_SECONDS = env_float("WAKEUP_EXPIRES_SECONDS", 60)
 # GET /actions/{id}?wait=N: concurrent waits per web process, per principal and in all;

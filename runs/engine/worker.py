@@ -83,7 +83,9 @@ def dispatch_pool() -> DispatchPool:
         return _pool
 
 
-def drain(*, max_seconds: float | None = None) -> int:
+def drain(
+    *, max_seconds: float | None = None, take_wakeup: bool = True, queued_only: bool = False
+) -> int:
     """Lease and work due rows until none are left (or time is up); returns how many.
 
     Dispatches, reconciliation reads and notification deliveries run on the process's pool;
@@ -91,8 +93,15 @@ def drain(*, max_seconds: float | None = None) -> int:
     When a lease comes back full there may be more work than this process can take, so one
     more wake-up goes out (deduplicated) for a peer. Out of time with work left, it hands
     over to a fresh wake-up rather than holding a worker slot for ever.
+
+    `take_wakeup=False` is the listening drainer's (`runs.engine.listen`): it leaves the
+    broker's flag alone, and stops at the first claim that comes back short of what it could
+    take, since anything newer sends it a notification of its own. `queued_only` (it heard
+    only of new queued actions): it leases those and nothing else, since unknowns due and
+    deliveries send their own wake-ups.
     """
-    wakeup_taken()
+    if take_wakeup:
+        wakeup_taken()
     pool = dispatch_pool()
     batch = settings.CLAIM_BATCH_SIZE
     deadline = time.monotonic() + (max_seconds or settings.DRAIN_MAX_SECONDS)
@@ -103,9 +112,11 @@ def drain(*, max_seconds: float | None = None) -> int:
             continue
         try:
             leased = lease_queued(held)
-            due = lease_unknown(held - len(leased)) if len(leased) < held else []
-            # Notification deliveries take what the engine's own work left of the permits.
-            sends = lease_deliveries(held - len(leased) - len(due))
+            due, sends = [], []
+            if not queued_only and len(leased) < held:
+                due = lease_unknown(held - len(leased))
+                # Notification deliveries take what the engine's own work left of the permits.
+                sends = lease_deliveries(held - len(leased) - len(due))
         except BaseException:
             pool.release(held)
             raise
@@ -118,7 +129,7 @@ def drain(*, max_seconds: float | None = None) -> int:
             pool.submit(deliver_leased, delivery_id)
         got = len(leased) + len(due) + len(sends)
         worked += got
-        if not got:
+        if not got or (not take_wakeup and got < held):
             return worked
         if got == batch:
             wake_workers()
