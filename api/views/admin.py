@@ -96,9 +96,7 @@ def approval_request_deny(request, pk):
     caller = require_operator(request, Role.APPROVER)
     req = approval_request_for(caller, pk)
     fields = valid(serializers.ReasonIn, body_object(request))
-    if not fields["reason"].strip():
-        raise ValidationFailed("A reason is required.", {"reason": ["Say why."]})
-    decisions.approval_request_deny(req, reason=fields["reason"].strip(), actor=caller.actor)
+    decisions.approval_request_deny(req, reason=fields["reason"], actor=caller.actor)
     return Response(presenters.approval_request_dict(approval_request_for(caller, req.pk)))
 
 
@@ -205,9 +203,7 @@ def ledger_revoke_view(request, pk):
     caller = require_operator(request, Role.ADMIN)
     entry = ledger_entry_for(caller, pk)
     fields = valid(serializers.ReasonIn, body_object(request))
-    if not fields["reason"].strip():
-        raise ValidationFailed("A reason is required.", {"reason": ["Say why."]})
-    entry = ledger_revoke(entry, actor=caller.actor, reason=fields["reason"].strip())
+    entry = ledger_revoke(entry, actor=caller.actor, reason=fields["reason"])
     return Response(presenters.ledger_dict(entry))
 
 
