@@ -16,7 +16,7 @@ from django.views.decorators.http import require_POST
 from core.errors import StaleRead, ValidationFailed
 from runs import bulk
 
-from .views import _next_or, operator_required
+from .web import next_or, operator_required
 
 RESULT_KEY = "bulk:result"
 
@@ -37,7 +37,7 @@ def _args(request) -> dict:
 
 def _back(request) -> str:
     fallback = reverse("console:runs") if request.POST.get("operation") == "replay" else "/"
-    return _next_or(request, fallback)
+    return next_or(request, fallback)
 
 
 def _see_other(url):

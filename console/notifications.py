@@ -28,7 +28,7 @@ from core.services import tenant_settings_update
 from runs.wakeup import wake_workers
 
 from . import selectors as sel
-from .views import _query, operator_required
+from .web import operator_required, query_with
 
 KIND_CHOICES = [(k.name, k.label) for k in n.KINDS.values()]
 MAX_MINUTES = 30 * 24 * 60
@@ -276,9 +276,9 @@ def deliveries(request):
         "states": DeliveryState.choices,
         "signature": signature,
         "paged": bool(request.GET.get("after")),
-        "next_query": _query(request, after=next_cursor) if next_cursor else "",
-        "first_query": _query(request, after=None),
-        "refresh_query": _query(request, refresh="1", v=signature),
+        "next_query": query_with(request, after=next_cursor) if next_cursor else "",
+        "first_query": query_with(request, after=None),
+        "refresh_query": query_with(request, refresh="1", v=signature),
     }
     if request.htmx and request.GET.get("refresh"):
         return render(request, "console/deliveries.html#delivery-log", context)

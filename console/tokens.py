@@ -28,7 +28,7 @@ from core.services import (
     tokens_manageable,
 )
 
-from .views import operator_required
+from .web import operator_required
 
 LIFETIMES = [
     ("", "Never expires"),
