@@ -21,7 +21,7 @@ from .forms import (
     ResolveForm,
 )
 from .templatetags.console_format import age_label, compact_json, pretty_json
-from .web import action_url, decision, go, operator_required, recall_form, remember_form
+from .web import action_url, decision, go, live_poll, operator_required, recall_form, remember_form
 
 # --- one action ----------------------------------------------------------------------------
 
@@ -130,12 +130,12 @@ def action_detail(request, pk):
     if not request.htmx and (form := recall_form(request, f"resolve:{pk}", ResolveForm)):
         extra["resolve_form"] = form
     context = _action_context(request, action, **extra)
-    if request.htmx and request.GET.get("live"):
-        if request.GET.get("v") == context["live_signature"]:
-            return HttpResponse(status=204)
-        context["oob"] = True
-        context["controls_oob"] = request.GET.get("c") != context["controls_signature"]
-        return render(request, "console/action.html#action-live", context)
+    controls_changed = request.GET.get("c") != context["controls_signature"]
+    live = "console/action.html#action-live"
+    if poll := live_poll(
+        request, "live", context["live_signature"], live, context, controls_oob=controls_changed
+    ):
+        return poll
     return render(request, "console/action.html", context)
 
 

@@ -1,7 +1,6 @@
 """Approvals: the inbox, the target's state now, grant and deny."""
 
 from django.contrib import messages
-from django.http import HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
@@ -14,7 +13,7 @@ from .forms import (
     DenyForm,
     GrantForm,
 )
-from .web import approvals_url, decision, go, next_or, operator_required
+from .web import approvals_url, decision, go, live_poll, next_or, operator_required
 
 # --- approvals -----------------------------------------------------------------------------
 
@@ -24,8 +23,6 @@ def approvals(request):
     scope = request.scope
     pending, decided = sel.approvals_inbox(scope.tenant)
     sig = sel.pending_signature(pending)
-    if request.htmx and request.GET.get("poll") and request.GET.get("v") == sig:
-        return HttpResponse(status=204)
     context = {
         "section": "approvals",
         "pending": pending,
@@ -34,8 +31,8 @@ def approvals(request):
         "grant_form": GrantForm(),
         "deny_form": DenyForm(),
     }
-    if request.htmx and request.GET.get("poll"):
-        return render(request, "console/approvals.html#approvals-live", {**context, "oob": True})
+    if poll := live_poll(request, "poll", sig, "console/approvals.html#approvals-live", context):
+        return poll
     return render(request, "console/approvals.html", context)
 
 

@@ -2,8 +2,6 @@
 
 import json
 
-from django.shortcuts import render
-
 from core.models import Role
 from core.selectors import audit_events
 
@@ -12,7 +10,7 @@ from .forms import (
     AuditFilterForm,
 )
 from .templatetags.console_format import compact_json
-from .web import csv_response, operator_required, query_with
+from .web import csv_response, list_page, operator_required, query_with
 
 # --- audit ---------------------------------------------------------------------------------
 
@@ -27,24 +25,19 @@ def _audit_form(request) -> AuditFilterForm:
 def audit(request):
     form = _audit_form(request)
     qs = audit_events(request.scope.tenant, **form.filters())
-    rows, next_cursor = sel.keyset(
+    page = sel.keyset(
         qs, sel.parse_cursor(request.GET.get("after")), field_name="at", descending=True
     )
-    for event in rows:
+    for event in page[0]:
         event.change = _change_text(event)
-    return render(
+    return list_page(
         request,
         "console/audit.html",
-        {
-            "section": "audit",
-            "form": form,
-            "rows": rows,
-            "verbs": sel.AUDIT_VERBS,
-            "paged": bool(request.GET.get("after")),
-            "next_query": query_with(request, after=next_cursor) if next_cursor else "",
-            "first_query": query_with(request, after=None),
-            "csv_query": query_with(request, after=None),
-        },
+        page,
+        section="audit",
+        form=form,
+        verbs=sel.AUDIT_VERBS,
+        csv_query=query_with(request, after=None),
     )
 
 

@@ -10,10 +10,9 @@ from django import forms
 from django.contrib import messages
 from django.db import transaction
 from django.db.models import Count
-from django.http import Http404, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
-from django.views.decorators.http import require_POST
 
 from core import notifications as n
 from core.errors import DomainError, ValidationFailed
@@ -28,7 +27,7 @@ from core.services import tenant_settings_update
 from runs.wakeup import wake_workers
 
 from . import selectors as sel
-from .web import operator_required, query_with
+from .web import decision, live_poll, operator_required, query_with
 
 KIND_CHOICES = [(k.name, k.label) for k in n.KINDS.values()]
 MAX_MINUTES = 30 * 24 * 60
@@ -103,8 +102,7 @@ def notifications(request):
     return _page(request)
 
 
-@require_POST
-@operator_required(Role.ADMIN)
+@decision(None, Role.ADMIN, back=lambda _: reverse("console:notifications"), refused="Not added")
 def channel_create_view(request):
     scope = request.scope
     form = ChannelForm(request.POST)
@@ -138,17 +136,17 @@ def channel_create_view(request):
     return _page(request, new_secret={"channel": channel, "secret": secret, "verb": "added"})
 
 
-def _channel_for(request, pk) -> NotificationChannel:
-    channel = NotificationChannel.objects.filter(pk=pk, tenant=request.scope.tenant).first()
+def _channel_for(scope, pk) -> NotificationChannel:
+    channel = NotificationChannel.objects.filter(pk=pk, tenant=scope.tenant).first()
     if channel is None:
         raise Http404("No such channel.")
     return channel
 
 
-@require_POST
-@operator_required(Role.ADMIN)
-def channel_update_view(request, pk):
-    channel = _channel_for(request, pk)
+@decision(
+    _channel_for, Role.ADMIN, back=lambda _: reverse("console:notifications"), refused="Not saved"
+)
+def channel_update_view(request, channel):
     change = request.POST.get("change", "")
     try:
         if change == "events":
@@ -171,10 +169,10 @@ def channel_update_view(request, pk):
     return _see_other(reverse("console:notifications") + f"#channel-{channel.pk}")
 
 
-@require_POST
-@operator_required(Role.ADMIN)
-def channel_rotate_view(request, pk):
-    channel = _channel_for(request, pk)
+@decision(
+    _channel_for, Role.ADMIN, back=lambda _: reverse("console:notifications"), refused="Not rotated"
+)
+def channel_rotate_view(request, channel):
     try:
         secret = n.channel_rotate_secret(channel, actor=request.scope.actor)
     except DomainError as exc:
@@ -183,10 +181,10 @@ def channel_rotate_view(request, pk):
     return _page(request, new_secret={"channel": channel, "secret": secret, "verb": "rotated"})
 
 
-@require_POST
-@operator_required(Role.ADMIN)
-def channel_test_view(request, pk):
-    channel = _channel_for(request, pk)
+@decision(
+    _channel_for, Role.ADMIN, back=lambda _: reverse("console:notifications"), refused="Not sent"
+)
+def channel_test_view(request, channel):
     try:
         created = n.notification_test(channel, actor=request.scope.actor, email=request.user.email)
     except DomainError as exc:
@@ -201,8 +199,7 @@ def channel_test_view(request, pk):
     return _see_other(reverse("console:deliveries") + f"?channel={channel.pk}")
 
 
-@require_POST
-@operator_required(Role.ADMIN)
+@decision(None, Role.ADMIN, back=lambda _: reverse("console:notifications"), refused="Not saved")
 def notification_settings_view(request):
     values = {}
     for field, name in [
@@ -265,8 +262,6 @@ def _deliveries(request):
 @operator_required(Role.ADMIN)
 def deliveries(request):
     rows, next_cursor, state, channel, channels, signature = _deliveries(request)
-    if request.htmx and request.GET.get("refresh") and request.GET.get("v") == signature:
-        return HttpResponse(status=204)
     context = {
         "section": "notifications",
         "rows": rows,
@@ -280,17 +275,27 @@ def deliveries(request):
         "first_query": query_with(request, after=None),
         "refresh_query": query_with(request, refresh="1", v=signature),
     }
-    if request.htmx and request.GET.get("refresh"):
-        return render(request, "console/deliveries.html#delivery-log", context)
+    if poll := live_poll(
+        request, "refresh", signature, "console/deliveries.html#delivery-log", context
+    ):
+        return poll
     return render(request, "console/deliveries.html", context)
 
 
-@require_POST
-@operator_required(Role.ADMIN)
-def delivery_retry_view(request, pk):
-    delivery = NotificationDelivery.objects.filter(pk=pk, tenant=request.scope.tenant).first()
+def _delivery_for(scope, pk) -> NotificationDelivery:
+    delivery = NotificationDelivery.objects.filter(pk=pk, tenant=scope.tenant).first()
     if delivery is None:
         raise Http404("No such delivery.")
+    return delivery
+
+
+@decision(
+    _delivery_for,
+    Role.ADMIN,
+    back=lambda _: reverse("console:deliveries"),
+    refused="Not sent again",
+)
+def delivery_retry_view(request, delivery):
     try:
         n.delivery_retry(delivery, actor=request.scope.actor)
     except DomainError as exc:

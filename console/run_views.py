@@ -1,7 +1,6 @@
 """Runs and replays: the list, one run, replay (plain, forced, four eyes), the history."""
 
 from django.contrib import messages
-from django.http import HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
@@ -22,8 +21,9 @@ from .web import (
     csv_response,
     decision,
     go,
+    list_page,
+    live_poll,
     operator_required,
-    query_with,
     recall_form,
     remember_form,
     run_url,
@@ -38,20 +38,13 @@ def runs(request):
     form = RunFilterForm(request.GET)
     form.is_valid()
     status = form.cleaned_data.get("status") or ""
-    rows, next_cursor = sel.runs_page(
-        scope.tenant, sel.parse_cursor(request.GET.get("after")), status=status
-    )
-    return render(
+    page = sel.runs_page(scope.tenant, sel.parse_cursor(request.GET.get("after")), status=status)
+    return list_page(
         request,
         "console/runs.html",
-        {
-            "section": "runs",
-            "form": form,
-            "rows": rows,
-            "paged": bool(request.GET.get("after")),
-            "next_query": query_with(request, after=next_cursor) if next_cursor else "",
-            "first_query": query_with(request, after=None),
-        },
+        page,
+        section="runs",
+        form=form,
     )
 
 
@@ -105,11 +98,11 @@ def run_detail(request, pk):
     run = run_for(request.scope, pk)
     if request.htmx and request.GET.get("live"):
         context = _run_context(request, run)
-        if request.GET.get("v") == context["live_signature"]:
-            return HttpResponse(status=204)
-        context["oob"] = True
-        context["replay_oob"] = request.GET.get("c") != context["replay_signature"]
-        return render(request, "console/run.html#run-live", context)
+        replay_changed = request.GET.get("c") != context["replay_signature"]
+        live = "console/run.html#run-live"
+        return live_poll(
+            request, "live", context["live_signature"], live, context, replay_oob=replay_changed
+        )
     extra = {}
     if form := recall_form(request, f"force:{pk}", lambda data: ForceReplayForm(data, run=run)):
         extra["force_form"] = form
@@ -195,22 +188,15 @@ def tenant_settings(request):
 
 @operator_required(Role.ADMIN)
 def replays(request):
-    rows, next_cursor = sel.replays_page(
-        request.scope.tenant, sel.parse_cursor(request.GET.get("after"))
-    )
-    return render(
+    page = sel.replays_page(request.scope.tenant, sel.parse_cursor(request.GET.get("after")))
+    return list_page(
         request,
         "console/replays.html",
-        {
-            "section": "replays",
-            "rows": rows,
-            "waiting": ForceReplayRequest.objects.filter(
-                tenant=request.scope.tenant, state=ForceRequestState.PENDING
-            ).order_by("created_at"),
-            "paged": bool(request.GET.get("after")),
-            "next_query": query_with(request, after=next_cursor) if next_cursor else "",
-            "first_query": query_with(request, after=None),
-        },
+        page,
+        section="replays",
+        waiting=ForceReplayRequest.objects.filter(
+            tenant=request.scope.tenant, state=ForceRequestState.PENDING
+        ).order_by("created_at"),
     )
 
 

@@ -1,7 +1,7 @@
 """Finding work: the queue, search, all actions, conflicts, the operator's preferences."""
 
 from django.contrib import messages
-from django.http import Http404, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
@@ -14,7 +14,7 @@ from .forms import (
     ActionFilterForm,
     QueueFilterForm,
 )
-from .web import csv_response, go, next_or, operator_required, query_with
+from .web import csv_response, go, list_page, live_poll, next_or, operator_required, query_with
 
 # --- sign-in and tenant --------------------------------------------------------------------
 
@@ -67,8 +67,6 @@ def queue(request):
     )
     cursor = sel.parse_cursor(request.GET.get("after"))
     page = sel.queue_page(filters, cursor)
-    if request.htmx and request.GET.get("refresh") and request.GET.get("v") == page.signature:
-        return HttpResponse(status=204)
     context = {
         "section": "queue",
         "form": form,
@@ -86,7 +84,11 @@ def queue(request):
         "matching": page.counts[filters.state] if filters.state else page.total,
         "all_states_query": query_with(request, state=None, after=None),
     }
-    if request.htmx and (request.GET.get("refresh") or request.htmx.target == "queue-region"):
+    if poll := live_poll(
+        request, "refresh", page.signature, "console/queue.html#queue-live", context
+    ):
+        return poll
+    if request.htmx and request.htmx.target == "queue-region":
         return render(request, "console/queue.html#queue-live", {**context, "oob": True})
     return render(request, "console/queue.html", context)
 
@@ -201,41 +203,29 @@ def _action_filters(request):
 @operator_required()
 def actions_list(request):
     form, filters = _action_filters(request)
-    rows, next_cursor = sel.keyset(
+    page = sel.keyset(
         sel.all_actions(filters), sel.parse_cursor(request.GET.get("after")), descending=True
     )
-    return render(
+    return list_page(
         request,
         "console/actions.html",
-        {
-            "section": "actions",
-            "form": form,
-            "rows": rows,
-            "multi_tenant": len(filters.tenant_ids) > 1,
-            "paged": bool(request.GET.get("after")),
-            "next_query": query_with(request, after=next_cursor) if next_cursor else "",
-            "first_query": query_with(request, after=None),
-            "csv_query": query_with(request, after=None),
-        },
+        page,
+        section="actions",
+        form=form,
+        multi_tenant=len(filters.tenant_ids) > 1,
+        csv_query=query_with(request, after=None),
     )
 
 
 @operator_required()
 def conflicts(request):
     """Idempotency conflicts: a runtime deriving its keys badly shows up here."""
-    rows, next_cursor = sel.conflicts_page(
-        [request.scope.tenant.pk], sel.parse_cursor(request.GET.get("after"))
-    )
-    return render(
+    page = sel.conflicts_page([request.scope.tenant.pk], sel.parse_cursor(request.GET.get("after")))
+    return list_page(
         request,
         "console/conflicts.html",
-        {
-            "section": "actions",
-            "rows": rows,
-            "paged": bool(request.GET.get("after")),
-            "next_query": query_with(request, after=next_cursor) if next_cursor else "",
-            "first_query": query_with(request, after=None),
-        },
+        page,
+        section="actions",
     )
 
 

@@ -20,7 +20,8 @@ from functools import wraps
 from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
-from django.http import HttpResponseRedirect, StreamingHttpResponse
+from django.http import HttpResponse, HttpResponseRedirect, StreamingHttpResponse
+from django.shortcuts import render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_POST
@@ -69,26 +70,33 @@ def go(request, url: str):
     return response
 
 
-def decision(get, role: str | None = None, *, back, refused: str = "Not done"):
+def decision(get=None, role: str | None = None, *, back, refused: str = "Not done"):
     """The console's decisions, in one shape (every POST that changes something goes
     through it): POST only; signed in (`operator_required`); the object through its scoped
-    getter, so another tenant's is a 404; the role in the object's tenant, else 403. The view
-    gets the object and `request.actor` (who acts, with their roles there), validates its
-    form and calls one service. A refusal by the service (a DomainError: a state conflict, a
-    missing reason, a role) becomes an error message in words, nothing changed, and the
-    browser goes `back(obj)`: HX-Location for htmx, a 303 otherwise (`go`)."""
+    getter `get(scope, pk)`, so another tenant's is a 404; the role in the object's tenant
+    (the current tenant's when there is no object: `get` None), else 403. The view gets
+    the object (unless `get` is None) and `request.actor` (who acts, with their roles
+    there), validates its form and calls one service. A refusal by the service (a
+    DomainError: a state conflict, a missing reason, a role) becomes an error message in
+    words, nothing changed, and the browser goes `back(obj)`: HX-Location for htmx, a 303
+    otherwise (`go`)."""
 
     def decorator(view):
         @require_POST
         @operator_required()
         @wraps(view)
-        def wrapped(request, pk, *args, **kwargs):
-            obj = get(request.scope, pk)
+        def wrapped(request, *args, **kwargs):
+            if get is None:
+                obj, objects, tenant_id = None, (), request.scope.tenant.pk
+            else:
+                obj = get(request.scope, kwargs.pop("pk"))
+                objects = (obj,)
+                tenant_id = getattr(obj, "tenant_id", None) or request.scope.tenant.pk
             if role:
-                request.scope.require_role(role, obj.tenant_id)
-            request.actor = request.scope.actor_for(obj.tenant_id)
+                request.scope.require_role(role, tenant_id)
+            request.actor = request.scope.actor_for(tenant_id)
             try:
-                return view(request, obj, *args, **kwargs)
+                return view(request, *objects, *args, **kwargs)
             except DomainError as exc:
                 messages.error(request, f"{refused}: {exc.detail}")
                 return go(request, next_or(request, back(obj)))
@@ -96,6 +104,35 @@ def decision(get, role: str | None = None, *, back, refused: str = "Not done"):
         return wrapped
 
     return decorator
+
+
+def live_poll(request, flag: str, signature: str, partial: str, context: dict, **extra):
+    """The live-poll skeleton. Not a poll (`?<flag>=1` from htmx): None, the view renders its
+    page. A poll whose signature (`v`) is unchanged: 204, and the browser leaves the DOM
+    (focus, selection, scroll) alone. Otherwise the live partial, swapped out of band."""
+    if not (request.htmx and request.GET.get(flag)):
+        return None
+    if request.GET.get("v") == signature:
+        return HttpResponse(status=204)
+    return render(request, partial, {**context, "oob": True, **extra})
+
+
+def list_page(request, template: str, page, **context):
+    """The list-page skeleton: `page` is `(rows, next_cursor)` from a keyset read; the
+    template gets the rows and the links to the first and the next page (the query string
+    kept, the cursor changed)."""
+    rows, next_cursor = page
+    return render(
+        request,
+        template,
+        {
+            "rows": rows,
+            "paged": bool(request.GET.get("after")),
+            "next_query": query_with(request, after=next_cursor) if next_cursor else "",
+            "first_query": query_with(request, after=None),
+            **context,
+        },
+    )
 
 
 def action_url(action) -> str:
