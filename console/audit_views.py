@@ -1,9 +1,11 @@
 """The audit log, on screen and as CSV."""
 
 import json
+import uuid
 
 from core.models import Role
 from core.selectors import audit_events
+from runs.models import Run
 
 from . import selectors as sel
 from .forms import (
@@ -21,10 +23,36 @@ def _audit_form(request) -> AuditFilterForm:
     )
 
 
+def _run_scope(request, qs):
+    """`?run=<id>`: the events of a run and of everything it proposed (its actions and their
+    approval requests), the history a person looks for from a run's page. None when the
+    parameter is absent; a run of another tenant is simply not found (no events)."""
+    raw = request.GET.get("run", "")
+    if not raw:
+        return qs, None
+    run = Run.objects.filter(tenant=request.scope.tenant, pk=raw).first() if _uuid(raw) else None
+    if run is None:
+        return qs.none(), {"id": raw[:36], "found": False}
+    ids = [str(run.pk)]
+    for action_id, request_id in run.actions.values_list("pk", "approval_request_id"):
+        ids.append(str(action_id))
+        if request_id:
+            ids.append(str(request_id))
+    return qs.filter(object_id__in=ids), {"id": str(run.pk), "found": True, "objects": len(ids)}
+
+
+def _uuid(raw: str) -> bool:
+    try:
+        uuid.UUID(raw)
+    except ValueError:
+        return False
+    return True
+
+
 @operator_required(Role.ADMIN)
 def audit(request):
     form = _audit_form(request)
-    qs = audit_events(request.scope.tenant, **form.filters())
+    qs, of_run = _run_scope(request, audit_events(request.scope.tenant, **form.filters()))
     page = sel.keyset(
         qs, sel.parse_cursor(request.GET.get("after")), field_name="at", descending=True
     )
@@ -36,6 +64,7 @@ def audit(request):
         page,
         section="audit",
         form=form,
+        of_run=of_run,
         verbs=sel.AUDIT_VERBS,
         csv_query=query_with(request, after=None),
     )
@@ -54,7 +83,8 @@ def _change_text(event) -> str:
 @operator_required(Role.ADMIN)
 def audit_csv(request):
     form = _audit_form(request)
-    qs = audit_events(request.scope.tenant, **form.filters()).order_by("-at", "-pk")
+    qs, _ = _run_scope(request, audit_events(request.scope.tenant, **form.filters()))
+    qs = qs.order_by("-at", "-pk")
     header = [
         "at",
         "actor_kind",

@@ -20,7 +20,8 @@ def scope(request):
 
 class NavCounts:
     """What waits for this operator in the current tenant, per role: pending approval
-    requests for an approver, unknown and needs_human actions for an on-call person.
+    requests for an approver, unknown and needs_human actions for an on-call person, force
+    replays waiting for a second admin for an admin.
 
     Lazy, and one query for both: only a template that shows a count pays for it, so the
     live partials (queue rows, action state) cost nothing more.
@@ -72,6 +73,23 @@ class NavCounts:
     def oncall(self) -> int:
         return self._counts[1] if self.scope and self.scope.is_oncall else 0
 
+    @cached_property
+    def force(self) -> int:
+        """Force replays waiting for a second admin that this admin may confirm (not their
+        own request): four eyes that reach the second pair."""
+        if self.scope is None or not self.scope.is_admin:
+            return 0
+        from runs.models import ForceReplayRequest, ForceRequestState
+
+        me = {"kind": "operator", "name": self.scope.user.get_username()}
+        return (
+            ForceReplayRequest.objects.filter(
+                tenant=self.scope.tenant, state=ForceRequestState.PENDING
+            )
+            .exclude(requested_by__contains=me)
+            .count()
+        )
+
     @property
     def title(self) -> int:
-        return self.approvals + self.oncall
+        return self.approvals + self.oncall + self.force

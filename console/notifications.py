@@ -23,7 +23,6 @@ from core.models import (
     NotificationDelivery,
     Role,
 )
-from core.services import tenant_settings_update
 from runs.wakeup import wake_workers
 
 from . import selectors as sel
@@ -197,38 +196,6 @@ def channel_test_view(request, channel):
         f"deliver{'y' if created == 1 else 'ies'}). Its progress is below.",
     )
     return _see_other(reverse("console:deliveries") + f"?channel={channel.pk}")
-
-
-@decision(None, Role.ADMIN, back=lambda _: reverse("console:notifications"), refused="Not saved")
-def notification_settings_view(request):
-    values = {}
-    for field, name in [
-        ("unknown_alert_minutes", "unknown_alert_seconds"),
-        ("approval_expiry_warning_minutes", "approval_expiry_warning_seconds"),
-    ]:
-        raw = request.POST.get(field, "").strip() or "0"
-        if not raw.isdigit() or int(raw) > MAX_MINUTES:
-            messages.error(request, "Not saved: give whole numbers of minutes (0: never).")
-            return _see_other(reverse("console:notifications"))
-        values[name] = int(raw) * 60
-    tenant_settings_update(request.scope.tenant, actor=request.scope.actor, **values)
-    unknown = values["unknown_alert_seconds"] // 60
-    expiry = values["approval_expiry_warning_seconds"] // 60
-    messages.success(
-        request,
-        (
-            f"Unknown actions are announced after {unknown} min"
-            if unknown
-            else "Unknown actions are not announced"
-        )
-        + "; "
-        + (
-            f"requests {expiry} min before they expire."
-            if expiry
-            else "expiring requests are not announced."
-        ),
-    )
-    return _see_other(reverse("console:notifications"))
 
 
 # --- the delivery log ------------------------------------------------------------------------

@@ -23,7 +23,16 @@ from core.api.pagination import decode_cursor
 from core.audit import Verb
 from core.errors import ValidationFailed
 from core.models import Membership, Role, Tool
-from runs.models import Action, Attempt, Reconciliation, Replay, Run
+from runs.dryrun import dry_run_for
+from runs.models import (
+    Action,
+    Attempt,
+    ForceReplayRequest,
+    ForceRequestState,
+    Reconciliation,
+    Replay,
+    Run,
+)
 from runs.replay import replay_verdict, tools_executed
 from runs.selectors import open_queue
 from runs.states import (
@@ -317,6 +326,7 @@ class RunDetail:
     verdict: object
     replayed_by: list  # Replay records whose original is this run
     replay_record: Replay | None  # how this run came to be, if it is a replay
+    dry_run: object = None  # what a replay would do, key by key (runs.dryrun)
 
 
 def run_detail(run: Run) -> RunDetail:
@@ -328,12 +338,42 @@ def run_detail(run: Run) -> RunDetail:
         Replay.objects.filter(original_run=run).select_related("new_run").order_by("at")
     )
     record = Replay.objects.filter(new_run=run).first() if run.replay_of_id else None
-    return RunDetail(run, actions, executed, verdict, replayed_by, record)
+    with_confirmers([*replayed_by, *([record] if record else [])])
+    dry = dry_run_for(run, actions)
+    return RunDetail(run, actions, executed, verdict, replayed_by, record, dry)
+
+
+def with_confirmers(replays) -> list:
+    """Each replay with `confirmed_by`: the second admin who confirmed it (four eyes), or
+    None. The history names both people."""
+    confirmed = dict(
+        ForceReplayRequest.objects.filter(
+            new_run_id__in=[r.new_run_id for r in replays]
+        ).values_list("new_run_id", "decided_by")
+    )
+    for r in replays:
+        r.confirmed_by = confirmed.get(r.new_run_id)
+    return replays
 
 
 def replays_page(tenant, cursor=None):
     qs = Replay.objects.filter(tenant=tenant).select_related("original_run", "new_run")
-    return keyset(qs, cursor, field_name="at", descending=True)
+    rows, next_cursor = keyset(qs, cursor, field_name="at", descending=True)
+    return with_confirmers(rows), next_cursor
+
+
+def force_requests_waiting(scope: Scope):
+    """Force replays waiting for a second admin in the current tenant, oldest first, each
+    with `mine` (asked by the viewer: they cannot confirm it) and its run's dry run."""
+    rows = list(
+        ForceReplayRequest.objects.filter(tenant=scope.tenant, state=ForceRequestState.PENDING)
+        .select_related("run", "run__principal")
+        .order_by("created_at")
+    )
+    me = scope.user.get_username()
+    for r in rows:
+        r.mine = r.requested_by.get("kind") == "operator" and r.requested_by.get("name") == me
+    return rows
 
 
 # --- find anything: search and all actions ---------------------------------------------------
