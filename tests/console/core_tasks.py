@@ -55,6 +55,10 @@ class Counter:
         self.clicks += 1
 
 
+def nav(page, name):
+    return page.get_by_role("navigation", name="Main").get_by_role("link", name=name)
+
+
 def timed(results, name, counter, body):
     start = time.monotonic()
     body(counter)
@@ -80,7 +84,10 @@ def test_core_tasks(live_db, downstream, new_page, console_server):
     dispatch.action_dispatch(a.pk)
     wait_state(a.pk, {"succeeded", "failed", "unknown", "needs_human"})
     runtime.run_finish(
-        run, status="error", error_message="model timed out", tools_called=["update_ticket"],
+        run,
+        status="error",
+        error_message="model timed out",
+        tools_called=["update_ticket"],
         actor=agent_of(w),
     )
     tenant_settings_update(w.tenant, actor=SETUP, four_eyes_force_replay=True)
@@ -96,7 +103,7 @@ def test_core_tasks(live_db, downstream, new_page, console_server):
     # 1. Grant: the approver hears "maria.lopez is waiting for approval".
     def grant(c):
         p = c.page
-        c.click(p.get_by_role("navigation", name="Main").get_by_role("link", name=re.compile("^Approvals")))
+        c.click(nav(p, re.compile("^Approvals")))
         row = p.locator(f"#request-{awaiting.approval_request_id}")
         c.click(row.get_by_role("button", name="Grant"))
         p.get_by_text(re.compile("^Granted")).wait_for()
@@ -130,7 +137,7 @@ def test_core_tasks(live_db, downstream, new_page, console_server):
     # 3. Force replay with four eyes: the first admin asks, the second one confirms.
     def force_ask(c):
         p = c.page
-        c.click(p.get_by_role("navigation", name="Main").get_by_role("link", name="Runs"))
+        c.click(nav(p, "Runs"))
         c.click(p.get_by_role("link", name=re.compile(short)).first)
         c.fill(p.locator("#force-reason"), "Ticket updates are keyed; the ledger guards them.")
         c.fill(p.locator("#force-confirm"), short)
@@ -141,11 +148,11 @@ def test_core_tasks(live_db, downstream, new_page, console_server):
         p = c.page
         if STEPS == "before":
             # No sign of the request anywhere but the replay history.
-            c.click(p.get_by_role("navigation", name="Main").get_by_role("link", name="Replays"))
+            c.click(nav(p, "Replays"))
             c.click(p.locator("#force-waiting-list").get_by_role("link").first)
             c.click(p.get_by_role("button", name="Confirm the force replay"))
         else:
-            c.click(p.get_by_role("navigation", name="Main").get_by_role("link", name=re.compile("^Waiting for you")))
+            c.click(nav(p, re.compile("^Waiting for you")))
             c.click(p.get_by_role("link", name=re.compile("^Review")).first)
             c.click(p.get_by_role("button", name="Confirm the force replay"))
         p.get_by_text(re.compile("^Confirmed")).wait_for()
@@ -172,7 +179,7 @@ def test_core_tasks(live_db, downstream, new_page, console_server):
         p.wait_for_url(re.compile(f"/runs/{run.pk}/"))
         if STEPS == "before":
             run_id = p.locator("#run-facts code.wrap").last.inner_text()
-            c.click(p.get_by_role("navigation", name="Main").get_by_role("link", name="Audit"))
+            c.click(nav(p, "Audit"))
             c.fill(p.get_by_label("Object id"), run_id)
             c.click(p.get_by_role("button", name=re.compile("^(Apply|Filter)")))
         else:
