@@ -6,7 +6,9 @@ from django.contrib import messages
 from django.http import HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
+from django_htmx.http import reswap, retarget
 
+from core.audit import Actor
 from core.errors import StaleRead
 from core.models import Role
 from runs import decisions
@@ -139,12 +141,41 @@ def action_detail(request, pk):
     return render(request, "console/action.html", context)
 
 
-@decision(action_for, Role.ONCALL, back=action_url, refused="Not re-checked")
+def controls_refused(request, action, text, **extra):
+    """A refusal next to the control that caused it: the action's controls as they are
+    now (a colleague's claim, a settled state), with the refusal in words at their top and
+    what the person typed kept in view. Swapped in place of the controls (htmx)."""
+    action = action_for(request.scope, action.pk)
+    unsent = (request.POST.get("reason") or request.POST.get("note") or "").strip()
+    context = _action_context(request, action, controls_error=text, unsent=unsent, **extra)
+    response = render(request, "console/action.html#action-controls", context)
+    return reswap(retarget(response, "#action-controls"), "outerHTML")
+
+
+def _settled_words(action) -> str:
+    """Why the controls are gone: who settled the action, and how."""
+    return (
+        f"This action is already {action.get_state_display().lower()}"
+        + (f" ({action.get_resolution_display().lower()})" if action.resolution else "")
+        + (f": “{action.resolution_reason}”" if action.resolution_reason else "")
+        + ". Nothing to decide."
+    )
+
+
+# The page's own re-read on opening is not a decision: it is read as the system's reconciler
+# (a person's re-check is theirs), so opening a page writes nothing under the viewer's name.
+BACKGROUND_READER = Actor("system", "reconciler", roles=frozenset({Role.ONCALL}))
+
+
+@decision(
+    action_for, Role.ONCALL, back=action_url, refused="Not re-checked", inline=controls_refused
+)
 def action_recheck(request, action):
-    action = decisions.action_recheck(action.pk, actor=request.actor)
     if request.htmx and request.POST.get("background"):
         # The page's own re-read on opening: the live region shows the new read.
+        decisions.action_recheck(action.pk, actor=BACKGROUND_READER)
         return HttpResponse(status=204)
+    action = decisions.action_recheck(action.pk, actor=request.actor)
     read = action.reconciliations.order_by("-at", "-id").first()
     verdict = VERDICT_MEANING.get(read.verdict, read.verdict) if read else "no read"
     text = (
@@ -159,9 +190,11 @@ def action_recheck(request, action):
     return go(request, action_url(action))
 
 
-@decision(action_for, Role.ONCALL, back=action_url, refused="Not claimed")
+@decision(action_for, Role.ONCALL, back=action_url, refused="Not claimed", inline=controls_refused)
 def action_claim(request, action):
     if action.state not in OPEN_FOR_HUMANS:
+        if request.htmx:
+            return controls_refused(request, action, "Not claimed: " + _settled_words(action))
         messages.error(request, "Only an action in the queue can be claimed.")
         return go(request, action_url(action))
     take_over = request.POST.get("take_over_from", "")
@@ -180,11 +213,14 @@ def action_claim(request, action):
     elif won:
         messages.success(request, "You have claimed this action. Others see that you hold it.")
     else:
-        messages.error(request, f"{action.claimed_by.get_username()} claimed this action first.")
+        first = f"Not claimed: {action.claimed_by.get_username()} claimed this action first."
+        if request.htmx:
+            return controls_refused(request, action, first)
+        messages.error(request, first)
     return go(request, action_url(action))
 
 
-@decision(action_for, Role.ONCALL, back=action_url, refused="Not released")
+@decision(action_for, Role.ONCALL, back=action_url, refused="Not released", inline=controls_refused)
 def action_release(request, action):
     decisions.action_release_claim(action, user=request.user, actor=request.actor)
     messages.info(request, "Claim released.")
@@ -201,8 +237,14 @@ def _resolve_form_again(request, action, form):
     return go(request, action_url(action) + "#resolve-form")
 
 
-@decision(action_for, Role.ONCALL, back=action_url, refused="Not resolved")
+@decision(action_for, Role.ONCALL, back=action_url, refused="Not resolved", inline=controls_refused)
 def action_resolve(request, action):
+    if action.state not in {ActionState.UNKNOWN, ActionState.NEEDS_HUMAN}:
+        # Settled meanwhile (a colleague, the reconciler): say so, whoever holds a claim.
+        if request.htmx:
+            return controls_refused(request, action, "Not resolved: " + _settled_words(action))
+        messages.error(request, "Not resolved: " + _settled_words(action))
+        return go(request, action_url(action))
     form = ResolveForm(request.POST)
     held_by_other = action.claimed_by_id not in (None, request.user.pk)
     if form.is_valid() and held_by_other and not form.cleaned_data["override_claim"]:
@@ -230,7 +272,9 @@ def action_resolve(request, action):
     return go(request, action_url(action))
 
 
-@decision(action_for, Role.ONCALL, back=action_url, refused="Not acknowledged")
+@decision(
+    action_for, Role.ONCALL, back=action_url, refused="Not acknowledged", inline=controls_refused
+)
 def action_acknowledge(request, action):
     note = request.POST.get("note", "").strip()[:2000]
     decisions.action_acknowledge(action, note=note, actor=request.actor)

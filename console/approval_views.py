@@ -3,6 +3,7 @@
 from django.contrib import messages
 from django.shortcuts import render
 from django.utils import timezone
+from django_htmx.http import reswap, retarget
 
 from approvals.selectors import approval_request_for
 from core.models import Role
@@ -50,7 +51,34 @@ def approval_target_state(request, pk):
     return render(request, "console/approval_state.html", context)
 
 
-@decision(approval_request_for, Role.APPROVER, back=approvals_url, refused="Not granted")
+def request_refused(request, req, text):
+    """A refused grant or deny, next to its buttons: on the approvals page the row as it is
+    now, with the refusal in place of the buttons (the request is no longer decidable);
+    on the action page, the action's controls."""
+    if request.POST.get("next", "") != approvals_url(req):
+        from .action_views import controls_refused
+
+        return controls_refused(request, req.action, text)
+    req = approval_request_for(request.scope, req.pk)
+    who = req.decided_by or {}
+    if req.state != "pending":
+        text += f" It was {req.state} by {who.get('kind', '')}:{who.get('name', '')}."
+    rows = [r for r in sel.approvals_inbox(req.tenant)[0] if r.pk == req.pk]
+    r = rows[0] if rows else req
+    if not rows:  # decided: the row as it was asked, without its decision controls
+        r.desired_rows, r.waiting, r.action = [], False, None
+    context = {"r": r, "refusal": text, "grant_form": GrantForm(), "deny_form": DenyForm()}
+    response = render(request, "console/approvals.html#request-row", context)
+    return reswap(retarget(response, f"#request-{req.pk}"), "outerHTML")
+
+
+@decision(
+    approval_request_for,
+    Role.APPROVER,
+    back=approvals_url,
+    refused="Not granted",
+    inline=request_refused,
+)
 def approval_grant(request, req):
     form = GrantForm(request.POST)
     back = next_or(request, approvals_url(req))
@@ -69,7 +97,13 @@ def approval_grant(request, req):
     return go(request, back)
 
 
-@decision(approval_request_for, Role.APPROVER, back=approvals_url, refused="Not denied")
+@decision(
+    approval_request_for,
+    Role.APPROVER,
+    back=approvals_url,
+    refused="Not denied",
+    inline=request_refused,
+)
 def approval_deny(request, req):
     form = DenyForm(request.POST)
     back = next_or(request, approvals_url(req))

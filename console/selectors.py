@@ -38,7 +38,6 @@ from runs.selectors import open_queue
 from runs.states import (
     BLOCK_REASON_MEANING,
     GATEWAY_CALLED,
-    OPEN_FOR_HUMANS,
     TERMINAL,
     VERDICT_MEANING,
     ActionState,
@@ -104,16 +103,21 @@ AGE_LABELS = {
 }
 
 
+# What on-call can act on: an outcome to prove (unknown, needs_human), a block to
+# acknowledge. Approval requests have their own place (Approvals), for approvers.
+QUEUE_STATES = [ActionState.UNKNOWN, ActionState.NEEDS_HUMAN, ActionState.BLOCKED]
+
+
 @dataclass
 class QueueFilters:
     tenant_ids: list
-    state: str = ""  # one of OPEN_FOR_HUMANS, or "" for all of them
+    state: str = ""  # one of QUEUE_STATES, or "" for all of them
     tool_ids: list | None = None  # None: any tool
     age: str = ""
 
     @property
     def states(self) -> list[str]:
-        return [self.state] if self.state else list(OPEN_FOR_HUMANS)
+        return [self.state] if self.state else list(QUEUE_STATES)
 
 
 @dataclass
@@ -130,7 +134,11 @@ def _open_actions(filters: QueueFilters, *, now=None):
     """The queue's rows under the console's filters: the one open-queue query the API's
     `GET /queue` runs too (`runs.selectors.open_queue`)."""
     return open_queue(
-        filters.tenant_ids, tool_ids=filters.tool_ids, older_than=AGES.get(filters.age), now=now
+        filters.tenant_ids,
+        states=QUEUE_STATES,
+        tool_ids=filters.tool_ids,
+        older_than=AGES.get(filters.age),
+        now=now,
     )
 
 
@@ -143,7 +151,7 @@ def queue_page(filters: QueueFilters, cursor=None, *, size=PAGE_SIZE) -> QueuePa
     """
     now = timezone.now()
     base = _open_actions(filters, now=now)
-    counts = {state: 0 for state in OPEN_FOR_HUMANS}
+    counts = {state: 0 for state in QUEUE_STATES}
     for row in base.values("state").annotate(n=Count("pk")).order_by():
         counts[row["state"]] = row["n"]
 
@@ -156,7 +164,7 @@ def queue_page(filters: QueueFilters, cursor=None, *, size=PAGE_SIZE) -> QueuePa
         sorted(counts.items()),
         next_cursor,
     )
-    counts_list = [(state, ActionState(state).label, counts[state]) for state in OPEN_FOR_HUMANS]
+    counts_list = [(state, ActionState(state).label, counts[state]) for state in QUEUE_STATES]
     return QueuePage(
         rows=rows,
         next_cursor=next_cursor,

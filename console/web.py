@@ -70,7 +70,7 @@ def go(request, url: str):
     return response
 
 
-def decision(get=None, role: str | None = None, *, back, refused: str = "Not done"):
+def decision(get=None, role: str | None = None, *, back, refused: str = "Not done", inline=None):
     """The console's decisions, in one shape (every POST that changes something goes
     through it): POST only; signed in (`operator_required`); the object through its scoped
     getter `get(scope, pk)`, so another tenant's is a 404; the role in the object's tenant
@@ -79,7 +79,9 @@ def decision(get=None, role: str | None = None, *, back, refused: str = "Not don
     there), validates its form and calls one service. A refusal by the service (a
     DomainError: a state conflict, a missing reason, a role) becomes an error message in
     words, nothing changed, and the browser goes `back(obj)`: HX-Location for htmx, a 303
-    otherwise (`go`)."""
+    otherwise (`go`). With `inline(request, obj, text)`, an htmx request gets the refusal
+    next to the control that caused it instead (the view's fresh controls, swapped in place).
+    """
 
     def decorator(view):
         @require_POST
@@ -98,6 +100,8 @@ def decision(get=None, role: str | None = None, *, back, refused: str = "Not don
             try:
                 return view(request, *objects, *args, **kwargs)
             except DomainError as exc:
+                if inline is not None and request.htmx:
+                    return inline(request, obj, f"{refused}: {exc.detail}")
                 messages.error(request, f"{refused}: {exc.detail}")
                 return go(request, next_or(request, back(obj)))
 
