@@ -252,8 +252,13 @@
 
   // --- bulk: ticks survive the live refresh ---------------------------------------------------
   // The rows' checkboxes belong to the bulk form (form="bulk-form"), but live inside the
-  // refreshed region: what is ticked is remembered here and put back after each swap.
+  // refreshed region: what is ticked is remembered here (and in this tab's sessionStorage,
+  // so a preview and a "back" keep it) and put back after each swap. An item that left the
+  // queue has no box any more, so its tick is dropped with it.
+  var PICKS = "takeover-picks";
   var picked = {};
+  try { picked = JSON.parse(sessionStorage.getItem(PICKS) || "{}") || {}; } catch (e) { picked = {}; }
+  function savePicks() { try { sessionStorage.setItem(PICKS, JSON.stringify(picked)); } catch (e) { /* private mode */ } }
   function pickBoxes() { return document.querySelectorAll('input[type=checkbox][form="bulk-form"]'); }
   function syncPicks() {
     var boxes = pickBoxes();
@@ -269,9 +274,13 @@
     var box = event.target;
     if (box.type !== "checkbox" || box.getAttribute("form") !== "bulk-form") return;
     if (box.checked) picked[box.value] = true; else delete picked[box.value];
+    savePicks();
     syncPicks();
   });
   document.addEventListener("htmx:afterSettle", syncPicks);
+  document.addEventListener("DOMContentLoaded", function () {
+    if (pickBoxes().length) syncPicks();
+  });
 
   // --- keyboard shortcuts: j/k move, o opens, r re-checks, ? lists them -------------------
   function typingIn(target) {
