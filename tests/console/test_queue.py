@@ -2,6 +2,7 @@
 and a refresh that answers 204 when nothing changed."""
 
 import re
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -16,7 +17,6 @@ from runs import decisions
 from runs.models import Action
 from tests.builders import make_world
 from tests.console.conftest import (
-    make_awaiting,
     make_needs_human,
     make_unknown,
     operator_actor,
@@ -38,9 +38,31 @@ def row_ids(response) -> list[str]:
     return ROW.findall(response.content.decode())
 
 
+def make_blocked(world, run=None):
+    """An e-mail proposed with an approval that does not exist: blocked at once
+    (approval_not_found), in the queue until on-call acknowledges it. The cheapest row the
+    on-call queue shows (approval requests are on Approvals, not in the queue)."""
+    from runs.propose import action_propose
+    from tests.builders import agent_of, tool
+
+    action, _, _ = action_propose(
+        run=run or start_run(world),
+        tool=tool(world, "send_email", prefix="email", requires_approval=True),
+        target=f"{uuid.uuid4().hex[:6]}@example.com",
+        desired_state={"subject": "Refund"},
+        expected_version=None,
+        idempotency_key=f"k-{uuid.uuid4().hex}",
+        approval_id=uuid.uuid4(),
+        actor=agent_of(world),
+    )
+    assert action.state == "blocked"
+    return action
+
+
 def awaiting_many(world, n, run=None):
+    """Queue rows: blocked actions (on-call acknowledges them)."""
     run = run or start_run(world)
-    return [make_awaiting(world, run=run) for _ in range(n)]
+    return [make_blocked(world, run=run) for _ in range(n)]
 
 
 def queue_queries(client, django_assert_num_queries, expected):
@@ -75,7 +97,7 @@ def test_queue_with_fifty_rows_runs_a_constant_number_of_queries(
     full = queue_queries(oncall, django_assert_num_queries, QUEUE_QUERIES)
     assert len(row_ids(full)) == 50
 
-    make_awaiting(world)  # the 51st goes to the next page; the first page costs the same
+    make_blocked(world)  # the 51st goes to the next page; the first page costs the same
     assert len(row_ids(queue_queries(oncall, django_assert_num_queries, QUEUE_QUERIES))) == 50
 
 
@@ -99,10 +121,10 @@ def test_queue_is_oldest_first_and_pages_by_keyset_without_gaps_or_repeats(live_
 def test_queue_filters_by_tool_state_age_and_tenant(live_db, downstream):
     world = make_world(downstream)
     run = start_run(world)
-    email = make_awaiting(world, run=run)
+    email = make_blocked(world, run=run)
     needs = make_needs_human(world, run=run)
     with time_machine.travel(timezone.now() - timedelta(hours=2), tick=True):
-        old = make_awaiting(world, run=run)
+        old = make_blocked(world, run=run)
     client = signed_in(world.admin)
 
     assert set(row_ids(client.get("/?tool=update_ticket"))) == {str(needs.pk)}
@@ -114,15 +136,15 @@ def test_queue_filters_by_tool_state_age_and_tenant(live_db, downstream):
     assert len(row_ids(client.get("/?state=succeeded&age=forever"))) == 3
 
     body = client.get("/?tool=send_email").content.decode()
-    assert 'data-count="awaiting_approval">2<' in body
+    assert 'data-count="blocked">2<' in body
     assert 'data-count="needs_human">0<' in body
 
 
 def test_operator_in_two_tenants_can_see_both_queues_at_once(live_db, downstream):
     world = make_world(downstream)
-    mine = make_awaiting(world)
+    mine = make_blocked(world)
     other = make_world(downstream)
-    theirs = make_awaiting(other)
+    theirs = make_blocked(other)
     from core.services import operator_create
     from tests.builders import SETUP
 
@@ -139,7 +161,7 @@ def test_operator_in_two_tenants_can_see_both_queues_at_once(live_db, downstream
 def test_refresh_answers_204_until_something_changes(live_db, downstream):
     world = make_world(downstream)
     run = start_run(world)
-    make_awaiting(world, run=run)
+    make_blocked(world, run=run)
     client = signed_in(world.oncall)
     page = client.get("/").content.decode()
     refresh = re.search(r'hx-get="(/\?[^"]*refresh=1[^"]*)"', page).group(1).replace("&amp;", "&")
@@ -147,7 +169,7 @@ def test_refresh_answers_204_until_something_changes(live_db, downstream):
     unchanged = client.get(refresh, HTTP_HX_REQUEST="true")
     assert unchanged.status_code == 204
 
-    newcomer = make_awaiting(world, run=run)
+    newcomer = make_blocked(world, run=run)
     changed = client.get(refresh, HTTP_HX_REQUEST="true")
     assert changed.status_code == 200
     body = changed.content.decode()
