@@ -22,6 +22,7 @@ from tests.console.conftest import (
     add_operator,
     agent_of,
     make_awaiting,
+    make_blocked,
     make_failed_run_without_tools,
     make_needs_human,
     operator_actor,
@@ -180,7 +181,7 @@ def test_a_bulk_preview_matches_what_the_confirm_does(
     first = make_needs_human(world, run=run)
     second = make_needs_human(world, run=run)
     held = make_needs_human(world, run=run)
-    awaiting = make_awaiting(world, run=run)
+    awaiting = make_blocked(world, run=run)  # not resolvable: skipped
     colleague = add_operator(world, "oncall2", Role.ONCALL)
     decisions.action_claim_for_operator(held, user=user(colleague), actor=operator_actor(colleague))
     page = sign_in(new_page(), console_server, world.oncall)
@@ -218,9 +219,7 @@ def test_a_bulk_preview_matches_what_the_confirm_does(
     states = {a.pk: Action.objects.get(pk=a.pk) for a in (first, second, held, awaiting)}
     assert states[first.pk].state == states[second.pk].state == "failed"
     assert states[first.pk].resolution_reason == "Helpdesk shows none of these closed."
-    assert (
-        states[held.pk].state == "needs_human" and states[awaiting.pk].state == "awaiting_approval"
-    )
+    assert states[held.pk].state == "needs_human" and states[awaiting.pk].state == "blocked"
     for a in (first, second):
         assert AuditEvent.objects.filter(verb="action.failed", object_id=str(a.pk)).count() == 1
     batch = AuditEvent.objects.get(verb="bulk.apply", tenant=world.tenant)
@@ -253,22 +252,22 @@ def test_a_bulk_confirm_after_the_selection_changed_does_nothing_and_previews_ag
     page = sign_in(new_page(), console_server, world.oncall)
     page.locator(f"#pick-{first.pk}").check()
     page.locator(f"#pick-{second.pk}").check()
-    page.get_by_label("With the selected").select_option("resolve:succeeded")
-    page.get_by_label(re.compile("^Reason")).fill("Both closed by hand.")
+    page.get_by_label("With the selected").select_option("resolve:failed")
+    page.get_by_label(re.compile("^Reason")).fill("Both still open in the helpdesk.")
     page.get_by_role("button", name="Preview").click()
-    assert set(_wills(page).values()) == {"resolve_succeeded"}
+    assert set(_wills(page).values()) == {"resolve_failed"}
     # Meanwhile a colleague settles one of them.
     decisions.action_resolve(
-        first, outcome="failed", reason="it was not", actor=operator_actor(world.admin)
+        first, outcome="succeeded", reason="it was, by hand", actor=operator_actor(world.admin)
     )
     page.get_by_role("button", name="Confirm: resolve 2").click()
     expect(page.get_by_role("status").first).to_contain_text("nothing was done")
-    assert _wills(page) == {str(first.pk): "skip", str(second.pk): "resolve_succeeded"}
+    assert _wills(page) == {str(first.pk): "skip", str(second.pk): "resolve_failed"}
     assert Action.objects.get(pk=second.pk).state == "needs_human"
     assert not AuditEvent.objects.filter(verb="bulk.apply", tenant=world.tenant).exists()
     page.get_by_role("button", name="Confirm: resolve 1").click()
-    assert _dids(page) == {str(first.pk): "skip", str(second.pk): "resolve_succeeded"}
-    assert Action.objects.get(pk=second.pk).state == "succeeded"
+    assert _dids(page) == {str(first.pk): "skip", str(second.pk): "resolve_failed"}
+    assert Action.objects.get(pk=second.pk).state == "failed"
 
 
 def test_a_bulk_replay_preview_names_the_tools_and_ledger_hits_and_the_replay_proves_it(

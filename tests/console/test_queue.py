@@ -2,7 +2,6 @@
 and a refresh that answers 204 when nothing changed."""
 
 import re
-import uuid
 from datetime import timedelta
 
 import pytest
@@ -17,6 +16,7 @@ from runs import decisions
 from runs.models import Action
 from tests.builders import make_world
 from tests.console.conftest import (
+    make_blocked,
     make_needs_human,
     make_unknown,
     operator_actor,
@@ -36,27 +36,6 @@ def signed_in(persona) -> Client:
 
 def row_ids(response) -> list[str]:
     return ROW.findall(response.content.decode())
-
-
-def make_blocked(world, run=None):
-    """An e-mail proposed with an approval that does not exist: blocked at once
-    (approval_not_found), in the queue until on-call acknowledges it. The cheapest row the
-    on-call queue shows (approval requests are on Approvals, not in the queue)."""
-    from runs.propose import action_propose
-    from tests.builders import agent_of, tool
-
-    action, _, _ = action_propose(
-        run=run or start_run(world),
-        tool=tool(world, "send_email", prefix="email", requires_approval=True),
-        target=f"{uuid.uuid4().hex[:6]}@example.com",
-        desired_state={"subject": "Refund"},
-        expected_version=None,
-        idempotency_key=f"k-{uuid.uuid4().hex}",
-        approval_id=uuid.uuid4(),
-        actor=agent_of(world),
-    )
-    assert action.state == "blocked"
-    return action
 
 
 def awaiting_many(world, n, run=None):
