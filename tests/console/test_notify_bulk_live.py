@@ -307,9 +307,12 @@ def test_a_bulk_replay_preview_names_the_tools_and_ledger_hits_and_the_replay_pr
     }
     row = page.locator(f"#bulk-{forced.pk}")
     expect(row.locator(".tools-line")).to_contain_text("update_ticket")
-    expect(row.locator(f'li[data-key="evt-7:{kept}"]')).to_contain_text("ledger hit")
-    expect(row.locator(f'li[data-key="evt-7:{kept}"]')).to_contain_text("succeeded")
+    # The dry run, per key: the ledger hands back the recorded success; the revoked key
+    # would be sent again.
+    expect(row.locator(f'li[data-key="evt-7:{kept}"]')).to_contain_text("recorded success")
+    expect(row.locator(f'li[data-key="evt-7:{kept}"]')).to_contain_text("Not sent again")
     expect(row.locator(f'li[data-key="evt-7:{undone}"]')).to_contain_text("sent again")
+    expect(row.locator(".dry-summary")).to_contain_text("1 key would be sent again")
     expect(page.locator(f"#bulk-{unsettled.pk}")).to_contain_text("has not settled yet")
 
     page.get_by_role("button", name="Confirm: replay 2").click()
@@ -353,18 +356,35 @@ def test_the_run_page_follows_the_run_and_keeps_a_typed_force_reason(
     reason = "The customer confirmed nothing was closed"
     page.get_by_label(re.compile("^Reason")).fill(reason)
 
-    # A colleague resolves its one call as failed: the actions follow, the verdict changes,
-    # and the form being typed in stays, with a notice.
+    # A colleague resolves its one call as failed: the actions follow, and the replay panel
+    # is replaced in place. Its one key would only hand back that recorded failure, so no
+    # replay is offered as a fix; the typed reason stays in view.
     decisions.action_resolve(
         action, outcome="failed", reason="not applied", actor=operator_actor(world.oncall)
     )
     expect(page.locator("#run-actions")).to_contain_text("failed", timeout=12_000)
     notice = page.locator("#controls-notice")
     expect(notice).to_contain_text("The replay verdict of this run changed")
-    expect(page.get_by_label(re.compile("^Reason"))).to_have_value(reason)
-    notice.get_by_role("button", name="Show the new options, keep my text").click()
-    expect(page.locator("#replay-verdict")).to_contain_text("Replay allowed")
+    expect(notice).to_contain_text(reason)
+    expect(page.locator("#replay-futile")).to_contain_text("A replay is not offered")
+    expect(page.locator(f'li[data-key="{action.idempotency_key}"]')).to_contain_text(
+        "recorded failure"
+    )
+    expect(page.get_by_role("button", name="Replay this run")).to_have_count(0)
+    expect(page.get_by_role("button", name="Force replay")).to_have_count(0)
+
+    # The key is revoked (the close is to be tried again): now a replay would send it again,
+    # and the panel offers the replay, saying so.
+    ledger_revoke(
+        LedgerEntry.objects.get(tenant=world.tenant, key=action.idempotency_key),
+        actor=operator_actor(world.admin),
+        reason="try the close again",
+    )
+    expect(page.locator(f'li[data-key="{action.idempotency_key}"]')).to_contain_text(
+        "sent again", timeout=12_000
+    )
     page.get_by_role("button", name="Replay this run").click()
+    expect(page.get_by_role("status").first).to_contain_text("1 key would be sent again")
     expect(page.locator("#run-status")).to_have_text("pending")
     replay = Run.objects.get(replay_of=run)
 
