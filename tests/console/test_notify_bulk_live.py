@@ -231,6 +231,10 @@ def test_a_bulk_preview_matches_what_the_confirm_does(
     # Re-check together: each read once, recorded.
     page.goto(console_server("/"))
     reads = held.reconciliations.count()
+    # The ticks of the items still open are kept across the preview and the result.
+    expect(page.locator(f"#pick-{held.pk}")).to_be_checked()
+    expect(page.locator(f"#pick-{awaiting.pk}")).to_be_checked()
+    page.locator(f"#pick-{awaiting.pk}").uncheck()
     page.locator(f"#pick-{held.pk}").check()
     page.locator(f"#pick-{newcomer.pk}").check()
     page.get_by_label("With the selected").select_option("recheck")
