@@ -20,7 +20,8 @@ def scope(request):
 
 class NavCounts:
     """What waits for this operator in the current tenant, per role: pending approval
-    requests for an approver, unknown and needs_human actions for an on-call person, force
+    requests for an approver, what the on-call queue holds (unknown, needs_human, blocked not
+    yet acknowledged) for an on-call person, force
     replays waiting for a second admin for an admin.
 
     Lazy, and one query for both: only a template that shows a count pays for it, so the
@@ -54,7 +55,7 @@ class NavCounts:
         # The open-queue partial index covers this (state IN open states, not acknowledged).
         oncall = Action.objects.filter(
             tenant=OuterRef("pk"),
-            state__in=[ActionState.UNKNOWN, ActionState.NEEDS_HUMAN],
+            state__in=[ActionState.UNKNOWN, ActionState.NEEDS_HUMAN, ActionState.BLOCKED],
             acknowledged_at__isnull=True,
         )
         row = (

@@ -82,16 +82,16 @@ class DryRun:
                 "sends nothing. It cannot fix this run."
             )
         parts = []
-        for outcome, label in [
-            ("success", "hand back a recorded success"),
-            ("failure", "hand back a recorded failure"),
-            ("blocked", "hand back a block"),
-            ("open", "wait on a call still open"),
-            ("resend", "would be sent again"),
-            ("read", "are reads, read again"),
+        for outcome, one, many in [
+            ("success", "hands back a recorded success", "hand back a recorded success"),
+            ("failure", "hands back a recorded failure", "hand back a recorded failure"),
+            ("blocked", "hands back a block", "hand back a block"),
+            ("open", "waits on a call still open", "wait on a call still open"),
+            ("resend", "would be sent again", "would be sent again"),
+            ("read", "is a read, read again", "are reads, read again"),
         ]:
             if n := self.count(outcome):
-                parts.append(f"{n} {'key' if n == 1 else 'keys'} {label}")
+                parts.append(f"{n} {'key' if n == 1 else 'keys'} {one if n == 1 else many}")
         if self.outside:
             parts.append(f"{', '.join(self.outside)} was called outside Takeover, with no key")
         return "With the same keys: " + "; ".join(parts) + "."

@@ -153,7 +153,7 @@ def test_four_eyes_reach_the_second_admin_with_the_dry_run_and_history_names_bot
     assert _overflow(other) <= 0
     other.get_by_role("button", name="Confirm the force replay").click()
     expect(other.get_by_role("status").first).to_contain_text("Confirmed. Forced replay created")
-    expect(other.get_by_role("status").first).to_contain_text("hand back a recorded success")
+    expect(other.get_by_role("status").first).to_contain_text("hands back a recorded success")
     replay = Run.objects.get(replay_of=run)
     other.goto(console_server(f"/runs/{replay.pk}/"))
     lineage = other.locator("#lineage")
