@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint format bench soak screenshots migrate clean deploy-check client-api lock
+.PHONY: install install-bench run test lint format bench soak screenshots migrate clean deploy-check client-api lock
 
 # The dependencies come from the hash-locked requirements/dev.txt (`make lock` writes it from
 # pyproject.toml); the server and the client install editable on top, without resolving.
@@ -17,6 +17,11 @@ $(STAMP): pyproject.toml client/pyproject.toml requirements/dev.txt
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# The optional DBOS anchor of `make bench` (pyproject's `bench` extra), hash-locked on top of
+# requirements/dev.txt (requirements/bench.txt; `make lock` writes it). Not part of `make install`.
+install-bench: $(STAMP)
+	$(BIN)/pip install --quiet --require-hashes -r requirements/bench.txt
 
 migrate: $(STAMP)
 	$(BIN)/python manage.py migrate --no-input
@@ -36,13 +41,17 @@ $(CHROMIUM):
 		exit 1; \
 	fi
 
+# The suite mostly waits (on workers, servers, a browser): two processes, each with its own
+# test database and broker. Tests that restart the shared PostgreSQL run alone, after.
+TEST_PROCESSES ?= 2
 test: $(STAMP) $(CHROMIUM)
 	$(BIN)/python manage.py makemigrations --check --dry-run
 	$(BIN)/python manage.py spectacular --validate --fail-on-warn --file var/openapi.yaml
 	$(BIN)/python client/generate.py --check var/openapi.yaml
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(TEST_PROCESSES) -m "not serial" $(PYTEST_ARGS)
+	$(BIN)/pytest -m serial $(PYTEST_ARGS)
 
-# takeover_client's typed layer (models.py, api.py) from the API schema; `make test` checks it.
+# takeover_client's typed layer (models/, api/) from the API schema; `make test` checks it.
 client-api: $(STAMP)
 	$(BIN)/python manage.py spectacular --file var/openapi.yaml
 	$(BIN)/python client/generate.py var/openapi.yaml
@@ -71,6 +80,8 @@ lock:
 	$(TOOLS_VENV)/bin/pip install --quiet pip-tools==7.6.2
 	$(TOOLS_VENV)/bin/pip-compile $(LOCK) --extra embedded --extra dev -o requirements/dev.txt pyproject.toml
 	$(TOOLS_VENV)/bin/pip-compile $(LOCK) -o requirements/runtime.txt pyproject.toml
+	$(TOOLS_VENV)/bin/pip-compile $(LOCK) --extra bench -c requirements/dev.txt \
+		-o requirements/bench.txt pyproject.toml
 	rm -rf build *.egg-info
 
 # End-to-end engine figures (effects/s, ledger hits/s, propose latency, writes and WAL per

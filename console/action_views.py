@@ -5,11 +5,10 @@ from django.conf import settings
 from django.contrib import messages
 from django.http import HttpResponse
 from django.shortcuts import render
-from django.utils import timezone
 from django_htmx.http import reswap, retarget
 
 from core.audit import Actor
-from core.errors import StaleRead
+from core.errors import StaleRead, refuse
 from core.models import Role
 from runs import decisions
 from runs.selectors import action_for
@@ -58,18 +57,18 @@ def _action_context(request, action, **extra) -> dict:
     controls_signature = sel.signature(action.state, action.claimed_by_id)
     change_text, change_at = _controls_change(action, claimed_by_me)
     latest_read = reads[-1] if reads else None
-    read_age = (timezone.now() - latest_read.at).total_seconds() if latest_read else None
+    read_age = decisions.read_age(latest_read)
     # The tool's own answer about the key, while it is the latest word (no attempt since).
     lookup = next((r for r in reversed(reads) if r.kind == "lookup"), None)
     if lookup and attempts and attempts[-1].started_at > lookup.at:
         lookup = None
-    resolvable = action.state in {ActionState.UNKNOWN, ActionState.NEEDS_HUMAN}
+    resolvable = decisions.is_resolvable(action)
     context = {
         "section": "queue",
         "action": action,
         "latest_read": latest_read,
         "read_max_age": int(settings.RESOLVE_READ_MAX_AGE_SECONDS),
-        "read_is_stale": read_age is not None and read_age > settings.RESOLVE_READ_MAX_AGE_SECONDS,
+        "read_is_stale": decisions.read_is_stale(latest_read),
         # Opening the page re-reads in the background when the last read is not fresh.
         "auto_reread": oncall
         and resolvable
@@ -86,8 +85,8 @@ def _action_context(request, action, **extra) -> dict:
         "can_approve": approver,
         "resolvable": resolvable,
         # A blocked action is final: nothing to claim, only to acknowledge.
-        "claimable": action.state in OPEN_FOR_HUMANS and action.state != ActionState.BLOCKED,
-        "acknowledgeable": action.state == ActionState.BLOCKED and not action.acknowledged_at,
+        "claimable": decisions.is_claimable(action),
+        "acknowledgeable": decisions.is_acknowledgeable(action),
         "claimed_by_me": claimed_by_me,
         "claimed_by_other": claimed_by_other,
         "pending_request": pending_request,
@@ -102,9 +101,7 @@ def _action_context(request, action, **extra) -> dict:
         "grant_form": GrantForm(),
         "deny_form": DenyForm(),
         # Said once: a blocked action's reason is in its block_reason line already.
-        "reason_label": sel.queue_reason(action)
-        if action.state in OPEN_FOR_HUMANS and action.state != ActionState.BLOCKED
-        else "",
+        "reason_label": sel.queue_reason(action) if decisions.is_claimable(action) else "",
     }
     if context["terminal"] or action.acknowledged_at:
         # After a decision the page is not a dead end: the next thing this person can work.
@@ -239,20 +236,30 @@ def _resolve_form_again(request, action, form):
 
 @decision(action_for, Role.ONCALL, back=action_url, refused="Not resolved", inline=controls_refused)
 def action_resolve(request, action):
-    if action.state not in {ActionState.UNKNOWN, ActionState.NEEDS_HUMAN}:
+    if not decisions.is_resolvable(action):
         # Settled meanwhile (a colleague, the reconciler): say so, whoever holds a claim.
         if request.htmx:
             return controls_refused(request, action, "Not resolved: " + _settled_words(action))
         messages.error(request, "Not resolved: " + _settled_words(action))
         return go(request, action_url(action))
     form = ResolveForm(request.POST)
-    held_by_other = action.claimed_by_id not in (None, request.user.pk)
-    if form.is_valid() and held_by_other and not form.cleaned_data["override_claim"]:
-        form.add_error(
-            "override_claim",
-            f"{action.claimed_by.get_username()} has claimed this action. Tick the box to "
-            "resolve it anyway.",
+    if form.is_valid():
+        data = form.cleaned_data
+        refusal = decisions.check_resolve(
+            action,
+            outcome=data["outcome"],
+            reason=data["reason"],
+            actor=request.actor,
+            latest_read=decisions.latest_read(action),
+            based_on_read=data["based_on_read"],
+            take_over=data["override_claim"],
         )
+        if refusal is not None and refusal.field == "take_over":
+            form.add_error("override_claim", f"{refusal} Tick the box to resolve it anyway.")
+        elif refusal is not None and issubclass(refusal.error, StaleRead):
+            form.add_error(None, str(refusal))
+        else:
+            refuse(refusal)
     if not form.is_valid():
         return _resolve_form_again(request, action, form)
     outcome = form.cleaned_data["outcome"]
@@ -263,6 +270,7 @@ def action_resolve(request, action):
             reason=form.cleaned_data["reason"],
             actor=request.actor,
             based_on_read=form.cleaned_data["based_on_read"],
+            take_over=form.cleaned_data["override_claim"],
         )
     except StaleRead as exc:
         # Asks for a fresh read first; the typed reason stays in the form.

@@ -2,7 +2,7 @@
 
 from django.shortcuts import render
 
-from core.models import Role
+from runs import replay
 from runs.models import ForceRequestState
 from runs.selectors import run_for
 
@@ -69,7 +69,8 @@ def _run_context(request, run, **extra) -> dict:
         "detail": detail,
         "verdict": verdict,
         "config_json": pretty_json(run.config),
-        "is_admin": request.scope.has_role(Role.ADMIN, run.tenant_id),
+        # Who may force a replay: the one rule, for this person in the run's tenant.
+        "is_admin": replay.may_force_replay(request.scope.actor_for(run.tenant_id)) is None,
         "force_form": ForceReplayForm(run=run),
         "waiting_force": waiting_force,
         "four_eyes": run.tenant.four_eyes_force_replay,

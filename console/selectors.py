@@ -17,12 +17,12 @@ from django.utils import timezone
 from approvals.models import Approval, RequestState
 from approvals.selectors import REQUESTS
 from console.templatetags.console_format import compact_json
+from core import pagination
 from core.access import Viewer
-from core.api import pagination
-from core.api.pagination import decode_cursor
 from core.audit import Verb
 from core.errors import ValidationFailed
 from core.models import Membership, Role, Tool
+from core.pagination import decode_cursor
 from runs.dryrun import dry_run_for
 from runs.models import (
     Action,

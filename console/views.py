@@ -111,8 +111,8 @@ def preferences(request):
             request.session[SESSION_KEY] = name
             messages.success(request, f"Times are now shown in {name}.")
         return go(request, reverse("console:preferences"))
-    from core import notifications
     from core.models import OperatorPreference
+    from notifications.kinds import kinds_for_roles
 
     preference = OperatorPreference.objects.filter(user=request.user).first()
     roles = {r for m in request.scope.memberships for r in m.roles}
@@ -123,7 +123,7 @@ def preferences(request):
             "section": "preferences",
             "zones": zone_choices(),
             "current": timezone.get_current_timezone_name(),
-            "email_kinds": notifications.kinds_for_roles(roles),
+            "email_kinds": kinds_for_roles(roles),
             "email_events": preference.email_events if preference else [],
         },
     )
@@ -131,7 +131,7 @@ def preferences(request):
 
 def _email_preferences(request):
     """The operator's own e-mail notifications: the address, and which kinds."""
-    from core.notifications import operator_set_email_events
+    from notifications.services import operator_set_email_events
 
     try:
         events = operator_set_email_events(

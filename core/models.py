@@ -26,7 +26,7 @@ class Tenant(models.Model):
     # Approval SLA: pending requests older than this are highlighted for approvers and
     # escalated through the notifications, once each (0: off).
     approval_sla_seconds = models.PositiveIntegerField(default=0)
-    # Notifications (core/notifications.py): an action unknown for longer than this is
+    # Notifications (the notifications app): an action unknown for longer than this is
     # announced once (0: never); a pending approval request is announced once when it has
     # less than this left before it expires (0: never).
     unknown_alert_seconds = models.PositiveIntegerField(default=15 * 60)
@@ -262,6 +262,11 @@ class AuditEvent(models.Model):
         indexes = [
             models.Index(fields=["tenant", "-at"], name="audit_tenant_at"),
             models.Index(fields=["object_type", "object_id"], name="audit_object"),
+            # The audit log filtered by one object (`?object=<id>`, the console's filter):
+            # an id names no type, so it needs its own index, in the page's order.
+            models.Index(
+                fields=["tenant", "object_id", "-at", "-id"], name="audit_tenant_object_at"
+            ),
         ]
         triggers = [
             pgtrigger.Protect(
@@ -289,154 +294,6 @@ class OperatorPreference(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="preference"
     )
     time_zone = models.CharField(max_length=64, default="UTC")
-    # The notification kinds this operator wants by e-mail (core/notifications.py), in the
+    # The notification kinds this operator wants by e-mail (the notifications app), in the
     # tenants where an admin set up an e-mail channel for them and their role gets them.
     email_events = models.JSONField(default=list, blank=True)
-
-
-# --- notifications (core/notifications.py) ---------------------------------------------------
-
-
-class ChannelKind(models.TextChoices):
-    WEBHOOK = "webhook", "Signed webhook (JSON)"
-    SLACK = "slack", "Slack-compatible incoming webhook"
-    EMAIL = "email", "E-mail to operators who opt in"
-
-
-class NotificationChannel(models.Model):
-    """Where a tenant's notifications go, and which kinds. Set up by an admin in the console.
-
-    `secret` signs every webhook and Slack request (HMAC-SHA256, README "Notifications"). It
-    is stored as it is, because signing needs it; the console shows it once, at creation and
-    at rotation."""
-
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
-    name = models.CharField(max_length=100)
-    kind = models.CharField(max_length=16, choices=ChannelKind.choices)
-    url = models.URLField(max_length=500, blank=True)
-    secret = models.CharField(max_length=80, blank=True)
-    events = models.JSONField(default=list)
-    enabled = models.BooleanField(default=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["tenant", "name"], name="channel_name_per_tenant"),
-            models.CheckConstraint(
-                condition=Q(kind__in=ChannelKind.values), name="channel_kind_valid"
-            ),
-            models.CheckConstraint(
-                condition=Q(kind="email") | ~Q(url=""), name="channel_url_unless_email"
-            ),
-        ]
-
-    def __str__(self):
-        return self.name
-
-
-class NotificationEvent(models.Model):
-    """One thing worth telling people, recorded in the transaction of the change that
-    caused it. At most one per (kind, subject): the time-based kinds, found by the periodic
-    sweep, fire once each however many sweeps see them."""
-
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
-    kind = models.CharField(max_length=40)
-    subject_type = models.CharField(max_length=40)
-    subject_id = models.UUIDField()
-    summary = models.TextField()  # one line for people: the Slack text, the e-mail subject
-    path = models.CharField(max_length=300, blank=True)  # the console page it is about
-    data = models.JSONField()
-    at = models.DateTimeField()
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(
-                fields=["kind", "subject_id"], name="notification_once_per_subject"
-            )
-        ]
-        indexes = [models.Index(fields=["tenant", "kind"], name="notification_event_kind")]
-
-
-class DeliveryState(models.TextChoices):
-    PENDING = "pending"
-    DELIVERED = "delivered"
-    FAILED = "failed"  # gave up (attempts exhausted, or the channel was switched off)
-
-
-class NotificationDelivery(models.Model):
-    """The outbox: one event to one channel (and, for e-mail, one recipient).
-
-    The database is the queue: workers claim due rows (`state = pending`, `next_attempt_at`
-    passed) with FOR UPDATE SKIP LOCKED, and the claim pushes `next_attempt_at` past the
-    longest an attempt can take, so the row is leased to one worker and comes back by itself
-    if that worker dies."""
-
-    id = models.BigAutoField(primary_key=True)
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
-    event = models.ForeignKey(
-        NotificationEvent, on_delete=models.PROTECT, related_name="deliveries"
-    )
-    channel = models.ForeignKey(
-        NotificationChannel, on_delete=models.PROTECT, related_name="deliveries"
-    )
-    recipient = models.CharField(max_length=254, blank=True)  # e-mail only
-    state = models.CharField(
-        max_length=16, choices=DeliveryState.choices, default=DeliveryState.PENDING
-    )
-    attempts = models.PositiveIntegerField(default=0)
-    # Given up after this many attempts in all (NOTIFY_MAX_ATTEMPTS; an admin's "send again"
-    # allows that many more).
-    attempts_allowed = models.PositiveIntegerField(default=1)
-    next_attempt_at = models.DateTimeField(null=True, blank=True)
-    last_status = models.PositiveIntegerField(null=True, blank=True)
-    last_error = models.TextField(blank=True)
-    created_at = models.DateTimeField()
-    delivered_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        constraints = [
-            models.CheckConstraint(
-                condition=Q(state__in=DeliveryState.values), name="delivery_state_valid"
-            ),
-            models.CheckConstraint(
-                condition=~Q(state="pending") | Q(next_attempt_at__isnull=False),
-                name="delivery_pending_is_due_sometime",
-            ),
-            models.CheckConstraint(
-                condition=~Q(state="delivered") | Q(delivered_at__isnull=False),
-                name="delivery_delivered_has_time",
-            ),
-        ]
-        indexes = [
-            # The claim's predicate, and nothing else: a few index entries at any log size.
-            models.Index(
-                fields=["next_attempt_at"],
-                condition=Q(state="pending"),
-                name="delivery_due",
-            ),
-            models.Index(fields=["tenant", "-created_at"], name="delivery_log"),
-        ]
-
-
-class DeliveryAttempt(models.Model):
-    """One try of a delivery: when, how it ended, how long it took."""
-
-    delivery = models.ForeignKey(
-        NotificationDelivery, on_delete=models.PROTECT, related_name="attempt_log"
-    )
-    number = models.PositiveIntegerField()
-    at = models.DateTimeField()
-    ok = models.BooleanField()
-    status = models.PositiveIntegerField(null=True, blank=True)
-    detail = models.TextField(blank=True)
-    duration_ms = models.PositiveIntegerField(default=0)
-
-    class Meta:
-        ordering = ["number"]
-        constraints = [
-            models.UniqueConstraint(
-                fields=["delivery", "number"], name="delivery_attempt_number_unique"
-            )
-        ]

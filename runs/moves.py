@@ -42,7 +42,7 @@ from .states import (
     check_move,
 )
 from .waits import CHANNEL, notify_settled
-from .wakeup import wake_workers
+from .wakeup import QUEUED, notify_work, wake_workers
 
 LEDGER_STATUS_FOR = {
     ActionState.AWAITING_APPROVAL: LedgerStatus.RESERVED,
@@ -67,7 +67,7 @@ def _check_ledger_mirror():
 _check_ledger_mirror()
 
 
-def enqueue_dispatch() -> None:
+def enqueue_dispatch(*, notified: bool = False) -> None:
     """Wake a worker once the surrounding transaction commits (never inside it).
 
     The committed `queued` row is the unit of work; the message only says "there is work"
@@ -75,7 +75,14 @@ def enqueue_dispatch() -> None:
     messages, not 10,000. `robust`: with the broker down the request still succeeds and the
     error is logged; the next sweep drains the row.
     """
-    transaction.on_commit(wake_workers, robust=True)
+    if not notified:
+        notify_work(QUEUED)  # the listening workers hear it at commit (runs.wakeup)
+    transaction.on_commit(wake_workers_notified, robust=True)
+
+
+def wake_workers_notified() -> None:
+    """The broker's wake-up of a proposal that already told the listening workers."""
+    wake_workers(notify=False)
 
 
 def action_move(

@@ -213,7 +213,7 @@ events AS (
     UNION ALL
     SELECT r.* FROM entry, jsonb_populate_record(NULL::core_auditevent, %(proposed_row)s) r
 )
-SELECT generation FROM entry
+SELECT generation, pg_notify('takeover_work', 'queued') FROM entry
 """  # noqa: S608 -- RESERVE is a constant, not input
 
 
@@ -256,7 +256,7 @@ def _propose_queued(
     for obj in (entry, action):
         obj._state.adding, obj._state.db = False, connection.alias
     action.ledger_entry = entry
-    enqueue_dispatch()
+    enqueue_dispatch(notified=True)  # the statement's pg_notify told the listening workers
     return action
 
 
@@ -274,7 +274,7 @@ def _read_action_create(
     reason: str,
     actor: Actor,
 ) -> Action:
-    """A read_only tool's action (issue 13): no approval and no ledger key space.
+    """A read_only tool's action: no approval and no ledger key space.
 
     A read has no side effect, so there is nothing to approve and nothing to apply at most
     once: no ledger entry is reserved, the key (when the runtime sends one) neither collides

@@ -12,12 +12,13 @@ import logging
 
 from celery import shared_task
 from celery.signals import worker_ready, worker_shutting_down
+from django.conf import settings
 
 from core.audit import SWEEPER, request_id_var
 from core.metrics import record_sweep
 
 from . import alerts, decisions, retention, runtime
-from .engine import leases, worker
+from .engine import leases, listen, worker
 from .wakeup import wake_workers
 
 logger = logging.getLogger(__name__)
@@ -63,7 +64,9 @@ def archive(self):
 @worker_ready.connect
 def _drain_on_start(**kwargs):
     # A worker that (re)starts, like a pod after a crash, looks for work at once rather
-    # than at the next sweep.
+    # than at the next sweep; and listens for new work from then on (runs.engine.listen).
+    if settings.WORKER_LISTEN:
+        listen.listener.start()
     try:
         wake_workers(force=True)
     except Exception:
@@ -74,5 +77,6 @@ def _drain_on_start(**kwargs):
 def _finish_calls(**kwargs):
     # Let calls in flight finish and settle (each is bounded by its tool's timeout);
     # a worker killed instead leaves them to the lease path.
+    listen.listener.stop()
     if worker._pool is not None:
         worker._pool.shutdown()

@@ -31,6 +31,8 @@ from collections import defaultdict
 from django.conf import settings
 from django.db import connection
 
+from .wakeup import listen_conninfo
+
 logger = logging.getLogger(__name__)
 
 CHANNEL = "takeover_action_settled"
@@ -150,16 +152,6 @@ class Waiters:
             self.listener.join(5)
         self.listener = None
         self.stopping.clear()
-
-
-def listen_conninfo() -> str:
-    if url := os.environ.get("DATABASE_LISTEN_URL"):
-        return url
-    from psycopg.conninfo import make_conninfo
-
-    params = connection.get_connection_params()
-    keep = {"dbname", "user", "password", "host", "port", "sslmode", "sslrootcert"}
-    return make_conninfo(**{k: v for k, v in params.items() if k in keep and v})
 
 
 waiters = Waiters()

@@ -14,6 +14,14 @@ the proposer sees the flag cleared and sends a new message. A message that is lo
 restart, a worker killed with it prefetched) leaves the flag set; the periodic sweep and a
 worker's start drain regardless of the flag, so a lost wake-up costs at most one sweep
 interval.
+
+Workers that listen (`runs.engine.listen`, on unless `WORKER_LISTEN=0`) hear of new work
+without the broker: every proposal also sends `NOTIFY takeover_work` in its transaction
+(heard at commit, so never before the row can be read), every other wake-up sends it too,
+and a thread of each worker process that hears it drains at once. That path leaves the flag
+alone, so the broker path above stays exactly as it is, as the fallback: a wake-up that no
+listener heard (none listening, a listener reconnecting, PgBouncer in transaction mode) still
+reaches a worker through the broker or the sweep.
 """
 
 import logging
@@ -28,14 +36,43 @@ SEND_UNLESS_PENDING = (
     "UPDATE runs_wakeup SET pending_since = now() WHERE id = 1 AND pending_since IS NULL"
 )
 SEND_ALWAYS = "UPDATE runs_wakeup SET pending_since = now() WHERE id = 1"
+WORK_CHANNEL = "takeover_work"
 
 
-def wake_workers(*, force: bool = False) -> bool:
-    """Send one wake-up unless one is already pending (always, with `force`).
+QUEUED = "queued"  # the payload of a notification about new queued actions only
+
+
+def notify_work(kind: str = "") -> None:
+    """Tell the listening workers (runs.engine.listen) there is work: `QUEUED` when it is
+    only new queued actions, "" for any kind (unknowns due, deliveries). Inside a
+    transaction it is heard when that commits, and costs no transaction of its own (a
+    NOTIFY takes an xid): a proposal sends it in its own transaction."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_notify(%s, %s)", [WORK_CHANNEL, kind])
+
+
+def listen_conninfo() -> str:
+    """A session-level connection for LISTEN: DATABASE_LISTEN_URL, or the database's own."""
+    import os
+
+    if url := os.environ.get("DATABASE_LISTEN_URL"):
+        return url
+    from psycopg.conninfo import make_conninfo
+
+    params = connection.get_connection_params()
+    keep = {"dbname", "user", "password", "host", "port", "sslmode", "sslrootcert"}
+    return make_conninfo(**{k: v for k, v in params.items() if k in keep and v})
+
+
+def wake_workers(*, force: bool = False, notify: bool = True) -> bool:
+    """Send one wake-up unless one is already pending (always, with `force`); and, unless
+    the caller already did (`notify=False`), tell the listening workers.
 
     Runs in autocommit (it is called from `on_commit`): the flag must never be set inside a
     transaction that could still roll back, or a drainer could clear it too early.
     """
+    if notify:
+        notify_work()
     with connection.cursor() as cursor:
         cursor.execute(SEND_ALWAYS if force else SEND_UNLESS_PENDING)
         if cursor.rowcount != 1:

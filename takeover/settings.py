@@ -98,6 +98,7 @@ INSTALLED_APPS = [
     "axes",
     "csp",
     "core",
+    "notifications",
     "ledger",
     "approvals",
     "runs",
@@ -296,16 +297,16 @@ TOOL_URL_ALLOWLIST = os.environ.get("TOOL_URL_ALLOWLIST", "localhost,127.0.0.0/8
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "core.api.auth.BearerTokenAuthentication",
-        "core.api.auth.ConsoleSessionAuthentication",
+        "api.auth.BearerTokenAuthentication",
+        "api.auth.ConsoleSessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["core.api.permissions.IsAuthenticatedCaller"],
+    "DEFAULT_PERMISSION_CLASSES": ["api.permissions.IsAuthenticatedCaller"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": [
-        "core.api.parsers.StrictJSONParser",
+        "api.parsers.StrictJSONParser",
         "rest_framework.parsers.MultiPartParser",
     ],
-    "EXCEPTION_HANDLER": "core.api.problems.exception_handler",
+    "EXCEPTION_HANDLER": "api.problems.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "api.schema.AutoSchema",
     "UNAUTHENTICATED_USER": None,
 }
@@ -444,6 +445,10 @@ CLAIM_BATCH_SIZE = int(os.environ.get("CLAIM_BATCH_SIZE", 16))
 CLAIM_LINGER_SECONDS = env_float("CLAIM_LINGER_SECONDS", 0.02)
 DISPATCH_CONCURRENCY = int(os.environ.get("DISPATCH_CONCURRENCY", 32))
 DRAIN_MAX_SECONDS = env_float("DRAIN_MAX_SECONDS", 60)
+# Each worker process LISTENs for new work and drains at once, without the broker's round trip
+# (runs/engine/listen.py); the broker stays the fallback. Off: WORKER_LISTEN=0 (behind a
+# pooler in transaction mode, unless DATABASE_LISTEN_URL points past it).
+WORKER_LISTEN = os.environ.get("WORKER_LISTEN", "1") not in {"0", "false", "no", ""}
 # A wake-up nobody picked up in this time is dropped by the broker (the sweep drains anyway).
 WAKEUP_EXPIRES_SECONDS = env_float("WAKEUP_EXPIRES_SECONDS", 60)
 # GET /actions/{id}?wait=N: concurrent waits per web process, per principal and in all;
@@ -454,7 +459,7 @@ WAIT_MAX_PER_PRINCIPAL = int(os.environ.get("WAIT_MAX_PER_PRINCIPAL", 2))
 WAIT_MAX_PER_PROCESS = int(os.environ.get("WAIT_MAX_PER_PROCESS", 4))
 # An unknown outcome at a tool declared `idempotent` (or `read_only`) is sent again with the
 # same Idempotency-Key at most this many times, the first after this delay, doubling
-# (issue 13). An `unsafe` tool is never re-sent past the boundary, whatever these say.
+# . An `unsafe` tool is never re-sent past the boundary, whatever these say.
 IDEMPOTENT_RESEND_LIMIT = int(os.environ.get("IDEMPOTENT_RESEND_LIMIT", 2))
 IDEMPOTENT_RESEND_DELAY_SECONDS = env_float("IDEMPOTENT_RESEND_DELAY_SECONDS", 5)
 RECONCILE_READ_ATTEMPTS = 3
@@ -467,13 +472,13 @@ APPROVAL_REQUEST_TTL_SECONDS = env_float("APPROVAL_REQUEST_TTL_SECONDS", 24 * 36
 RUN_STALE_AFTER = env_float("RUN_STALE_AFTER", 6 * 3600)
 ACTION_WAIT_MAX_SECONDS = 30
 # A resolve decided on a read of the authoritative state older than this is refused until
-# someone re-reads (issue 12: decisions are not made on a stale diff).
+# someone re-reads (decisions are not made on a stale diff).
 RESOLVE_READ_MAX_AGE_SECONDS = env_float("RESOLVE_READ_MAX_AGE_SECONDS", 60)
 # Opening an unknown / needs_human action re-reads in the background when the latest read is
 # older than this (on-call only; the read is side-effect free).
 CONSOLE_REREAD_AFTER_SECONDS = env_float("CONSOLE_REREAD_AFTER_SECONDS", 10)
 
-# Notifications (core/notifications.py): signed webhooks, Slack-compatible webhooks and
+# Notifications (the notifications app): signed webhooks, Slack-compatible webhooks and
 # e-mail, configured per tenant by admins in the console. Deliveries are rows the workers
 # claim like actions; a failed attempt is retried after NOTIFY_BACKOFF_BASE_SECONDS, doubling
 # up to NOTIFY_BACKOFF_MAX_SECONDS, NOTIFY_MAX_ATTEMPTS times in all.

@@ -1,0 +1,99 @@
+"""A worker that listens: new work reaches a worker process without the broker's round trip.
+
+Each Celery worker process (started from `runs.tasks` when the worker is ready, unless
+`WORKER_LISTEN` is off) runs two daemon threads:
+- the listener holds one session-level connection that `LISTEN`s on `takeover_work`
+  (`runs.wakeup.notify_work`, sent inside every proposal's transaction, so heard only once
+  the row is committed) and sets an event for each notification;
+- the drainer waits on that event and drains (`worker.drain`) at once: it claims with
+  `FOR UPDATE SKIP LOCKED` like any drainer, so two processes hearing the same notification
+  never claim the same row. Told only of new queued actions (a proposal's `queued`
+  payload), it leases only those: unknowns due and deliveries wake it with a payload of
+  their own (`wake_workers`).
+
+This is a shortcut, not a second queue: the broker's wake-up flag is left alone
+(`drain(take_wakeup=False)`), so the broker path works exactly as before and covers what
+a listener can miss (reconnecting, or not running). On reconnect the drainer drains once,
+for whatever was proposed meanwhile.
+"""
+
+import logging
+import threading
+
+from django.db import close_old_connections, connection
+
+from ..wakeup import QUEUED, WORK_CHANNEL, listen_conninfo
+
+logger = logging.getLogger(__name__)
+
+
+class WorkListener:
+    def __init__(self) -> None:
+        self.heard = threading.Event()
+        self.lock = threading.Lock()
+        self.everything = True  # heard of something other than new queued actions
+        self.stopping = threading.Event()
+        self.threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        if self.threads:
+            return
+        for name, target in (("listen", self._listen), ("drain", self._drain)):
+            thread = threading.Thread(target=target, name=f"takeover-work-{name}", daemon=True)
+            thread.start()
+            self.threads.append(thread)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.heard.set()
+        for thread in self.threads:
+            thread.join(5)
+        self.threads = []
+
+    def _listen(self) -> None:
+        import psycopg
+
+        backoff = 0.5
+        while not self.stopping.is_set():
+            try:
+                with psycopg.connect(listen_conninfo(), autocommit=True) as conn:
+                    conn.execute(f"LISTEN {WORK_CHANNEL}")
+                    self._hear("")  # whatever was proposed while we were away
+                    backoff = 0.5
+                    while not self.stopping.is_set():
+                        # A short timeout only so that `stop()` is heard within a second.
+                        for note in conn.notifies(timeout=1.0):
+                            self._hear(note.payload)
+            except Exception:  # a listener must outlive database restarts
+                if self.stopping.is_set():
+                    break
+                logger.warning("work listener lost its connection; reconnecting", exc_info=True)
+                self.stopping.wait(backoff)
+                backoff = min(backoff * 2, 10)
+
+    def _hear(self, kind: str) -> None:
+        with self.lock:
+            self.everything = self.everything or kind != QUEUED
+            self.heard.set()
+
+    def _drain(self) -> None:
+        from .worker import drain
+
+        while not self.stopping.is_set():
+            self.heard.wait()
+            if self.stopping.is_set():
+                break
+            with self.lock:
+                self.heard.clear()
+                everything, self.everything = self.everything, False
+            try:
+                close_old_connections()
+                drain(take_wakeup=False, queued_only=not everything)
+            except Exception:
+                logger.exception("listening drain failed; the broker path and the sweep remain")
+                if connection.connection is not None:
+                    connection.close()
+                self.stopping.wait(0.5)
+
+
+listener = WorkListener()
