@@ -20,7 +20,9 @@ def scope(request):
 
 class NavCounts:
     """What waits for this operator in the current tenant, per role: pending approval
-    requests for an approver, unknown and needs_human actions for an on-call person.
+    requests for an approver, what the on-call queue holds (unknown, needs_human, blocked not
+    yet acknowledged) for an on-call person, force
+    replays waiting for a second admin for an admin.
 
     Lazy, and one query for both: only a template that shows a count pays for it, so the
     live partials (queue rows, action state) cost nothing more.
@@ -53,7 +55,7 @@ class NavCounts:
         # The open-queue partial index covers this (state IN open states, not acknowledged).
         oncall = Action.objects.filter(
             tenant=OuterRef("pk"),
-            state__in=[ActionState.UNKNOWN, ActionState.NEEDS_HUMAN],
+            state__in=[ActionState.UNKNOWN, ActionState.NEEDS_HUMAN, ActionState.BLOCKED],
             acknowledged_at__isnull=True,
         )
         row = (
@@ -72,6 +74,23 @@ class NavCounts:
     def oncall(self) -> int:
         return self._counts[1] if self.scope and self.scope.is_oncall else 0
 
+    @cached_property
+    def force(self) -> int:
+        """Force replays waiting for a second admin that this admin may confirm (not their
+        own request): four eyes that reach the second pair."""
+        if self.scope is None or not self.scope.is_admin:
+            return 0
+        from runs.models import ForceReplayRequest, ForceRequestState
+
+        me = {"kind": "operator", "name": self.scope.user.get_username()}
+        return (
+            ForceReplayRequest.objects.filter(
+                tenant=self.scope.tenant, state=ForceRequestState.PENDING
+            )
+            .exclude(requested_by__contains=me)
+            .count()
+        )
+
     @property
     def title(self) -> int:
-        return self.approvals + self.oncall
+        return self.approvals + self.oncall + self.force

@@ -4,9 +4,9 @@ from datetime import UTC
 
 from django import forms
 
-from runs.states import OPEN_FOR_HUMANS, ActionState, RunStatus
+from runs.states import ActionState, RunStatus
 
-from .selectors import AGE_LABELS
+from .selectors import AGE_LABELS, QUEUE_STATES
 
 TTL_CHOICES = [
     (300, "5 minutes"),
@@ -33,7 +33,7 @@ class QueueFilterForm(forms.Form):
     state = forms.ChoiceField(
         required=False,
         label="State",
-        choices=[("", "All open states")] + [(s, ActionState(s).label) for s in OPEN_FOR_HUMANS],
+        choices=[("", "All open states")] + [(s, ActionState(s).label) for s in QUEUE_STATES],
     )
     age = forms.ChoiceField(required=False, label="Age", choices=list(AGE_LABELS.items()))
 

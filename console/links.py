@@ -10,6 +10,8 @@ def subject_path(subject_type: str, subject_id) -> str:
         return reverse("console:action", args=[subject_id])
     if subject_type == "approvalrequest":
         return reverse("console:approvals") + f"#request-{subject_id}"
+    if subject_type == "force_request":
+        return reverse("console:force_review", args=[subject_id])
     if subject_type == "run":
         return reverse("console:run", args=[subject_id])
     if subject_type == "channel":

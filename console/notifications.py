@@ -10,14 +10,12 @@ from django import forms
 from django.contrib import messages
 from django.db import transaction
 from django.db.models import Count
-from django.http import Http404, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
-from django.views.decorators.http import require_POST
 
 from core.errors import DomainError, ValidationFailed
 from core.models import Role
-from core.services import tenant_settings_update
 from notifications.delivery import SIGNATURE_TOLERANCE_SECONDS
 from notifications.kinds import KINDS
 from notifications.models import (
@@ -37,7 +35,7 @@ from notifications.services import (
 from runs.wakeup import wake_workers
 
 from . import selectors
-from .views import _query, operator_required
+from .web import decision, live_poll, operator_required, query_with
 
 KIND_CHOICES = [(k.name, k.label) for k in KINDS.values()]
 MAX_MINUTES = 30 * 24 * 60
@@ -112,8 +110,7 @@ def notifications(request):
     return _page(request)
 
 
-@require_POST
-@operator_required(Role.ADMIN)
+@decision(None, Role.ADMIN, back=lambda _: reverse("console:notifications"), refused="Not added")
 def channel_create_view(request):
     scope = request.scope
     form = ChannelForm(request.POST)
@@ -147,17 +144,17 @@ def channel_create_view(request):
     return _page(request, new_secret={"channel": channel, "secret": secret, "verb": "added"})
 
 
-def _channel_for(request, pk) -> NotificationChannel:
-    channel = NotificationChannel.objects.filter(pk=pk, tenant=request.scope.tenant).first()
+def _channel_for(scope, pk) -> NotificationChannel:
+    channel = NotificationChannel.objects.filter(pk=pk, tenant=scope.tenant).first()
     if channel is None:
         raise Http404("No such channel.")
     return channel
 
 
-@require_POST
-@operator_required(Role.ADMIN)
-def channel_update_view(request, pk):
-    channel = _channel_for(request, pk)
+@decision(
+    _channel_for, Role.ADMIN, back=lambda _: reverse("console:notifications"), refused="Not saved"
+)
+def channel_update_view(request, channel):
     change = request.POST.get("change", "")
     try:
         if change == "events":
@@ -180,10 +177,10 @@ def channel_update_view(request, pk):
     return _see_other(reverse("console:notifications") + f"#channel-{channel.pk}")
 
 
-@require_POST
-@operator_required(Role.ADMIN)
-def channel_rotate_view(request, pk):
-    channel = _channel_for(request, pk)
+@decision(
+    _channel_for, Role.ADMIN, back=lambda _: reverse("console:notifications"), refused="Not rotated"
+)
+def channel_rotate_view(request, channel):
     try:
         secret = channel_rotate_secret(channel, actor=request.scope.actor)
     except DomainError as exc:
@@ -192,10 +189,10 @@ def channel_rotate_view(request, pk):
     return _page(request, new_secret={"channel": channel, "secret": secret, "verb": "rotated"})
 
 
-@require_POST
-@operator_required(Role.ADMIN)
-def channel_test_view(request, pk):
-    channel = _channel_for(request, pk)
+@decision(
+    _channel_for, Role.ADMIN, back=lambda _: reverse("console:notifications"), refused="Not sent"
+)
+def channel_test_view(request, channel):
     try:
         created = notification_test(channel, actor=request.scope.actor, email=request.user.email)
     except DomainError as exc:
@@ -208,39 +205,6 @@ def channel_test_view(request, pk):
         f"deliver{'y' if created == 1 else 'ies'}). Its progress is below.",
     )
     return _see_other(reverse("console:deliveries") + f"?channel={channel.pk}")
-
-
-@require_POST
-@operator_required(Role.ADMIN)
-def notification_settings_view(request):
-    values = {}
-    for field, name in [
-        ("unknown_alert_minutes", "unknown_alert_seconds"),
-        ("approval_expiry_warning_minutes", "approval_expiry_warning_seconds"),
-    ]:
-        raw = request.POST.get(field, "").strip() or "0"
-        if not raw.isdigit() or int(raw) > MAX_MINUTES:
-            messages.error(request, "Not saved: give whole numbers of minutes (0: never).")
-            return _see_other(reverse("console:notifications"))
-        values[name] = int(raw) * 60
-    tenant_settings_update(request.scope.tenant, actor=request.scope.actor, **values)
-    unknown = values["unknown_alert_seconds"] // 60
-    expiry = values["approval_expiry_warning_seconds"] // 60
-    messages.success(
-        request,
-        (
-            f"Unknown actions are announced after {unknown} min"
-            if unknown
-            else "Unknown actions are not announced"
-        )
-        + "; "
-        + (
-            f"requests {expiry} min before they expire."
-            if expiry
-            else "expiring requests are not announced."
-        ),
-    )
-    return _see_other(reverse("console:notifications"))
 
 
 # --- the delivery log ------------------------------------------------------------------------
@@ -274,8 +238,6 @@ def _deliveries(request):
 @operator_required(Role.ADMIN)
 def deliveries(request):
     rows, next_cursor, state, channel, channels, signature = _deliveries(request)
-    if request.htmx and request.GET.get("refresh") and request.GET.get("v") == signature:
-        return HttpResponse(status=204)
     context = {
         "section": "notifications",
         "rows": rows,
@@ -285,21 +247,31 @@ def deliveries(request):
         "states": DeliveryState.choices,
         "signature": signature,
         "paged": bool(request.GET.get("after")),
-        "next_query": _query(request, after=next_cursor) if next_cursor else "",
-        "first_query": _query(request, after=None),
-        "refresh_query": _query(request, refresh="1", v=signature),
+        "next_query": query_with(request, after=next_cursor) if next_cursor else "",
+        "first_query": query_with(request, after=None),
+        "refresh_query": query_with(request, refresh="1", v=signature),
     }
-    if request.htmx and request.GET.get("refresh"):
-        return render(request, "console/deliveries.html#delivery-log", context)
+    if poll := live_poll(
+        request, "refresh", signature, "console/deliveries.html#delivery-log", context
+    ):
+        return poll
     return render(request, "console/deliveries.html", context)
 
 
-@require_POST
-@operator_required(Role.ADMIN)
-def delivery_retry_view(request, pk):
-    delivery = NotificationDelivery.objects.filter(pk=pk, tenant=request.scope.tenant).first()
+def _delivery_for(scope, pk) -> NotificationDelivery:
+    delivery = NotificationDelivery.objects.filter(pk=pk, tenant=scope.tenant).first()
     if delivery is None:
         raise Http404("No such delivery.")
+    return delivery
+
+
+@decision(
+    _delivery_for,
+    Role.ADMIN,
+    back=lambda _: reverse("console:deliveries"),
+    refused="Not sent again",
+)
+def delivery_retry_view(request, delivery):
     try:
         delivery_retry(delivery, actor=request.scope.actor)
     except DomainError as exc:

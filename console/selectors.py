@@ -16,25 +16,35 @@ from django.utils import timezone
 
 from approvals.models import Approval, RequestState
 from approvals.selectors import REQUESTS
-from console.templatetags.console_format import age_label, compact_json
+from console.templatetags.console_format import compact_json
 from core import pagination
 from core.access import Viewer
 from core.audit import Verb
 from core.errors import ValidationFailed
-from core.models import AuditEvent, Membership, Role, Tool
+from core.models import Membership, Role, Tool
 from core.pagination import decode_cursor
-from runs.models import Action, Attempt, Reconciliation, Replay, Run
+from runs.dryrun import dry_run_for
+from runs.models import (
+    Action,
+    Attempt,
+    ForceReplayRequest,
+    ForceRequestState,
+    Reconciliation,
+    Replay,
+    Run,
+)
 from runs.replay import replay_verdict, tools_executed
 from runs.selectors import open_queue
 from runs.states import (
     BLOCK_REASON_MEANING,
     GATEWAY_CALLED,
-    OPEN_FOR_HUMANS,
     TERMINAL,
     VERDICT_MEANING,
     ActionState,
     Verdict,
 )
+
+from .action_history import DiffRow
 
 PAGE_SIZE = 50
 
@@ -93,16 +103,21 @@ AGE_LABELS = {
 }
 
 
+# What on-call can act on: an outcome to prove (unknown, needs_human), a block to
+# acknowledge. Approval requests have their own place (Approvals), for approvers.
+QUEUE_STATES = [ActionState.UNKNOWN, ActionState.NEEDS_HUMAN, ActionState.BLOCKED]
+
+
 @dataclass
 class QueueFilters:
     tenant_ids: list
-    state: str = ""  # one of OPEN_FOR_HUMANS, or "" for all of them
+    state: str = ""  # one of QUEUE_STATES, or "" for all of them
     tool_ids: list | None = None  # None: any tool
     age: str = ""
 
     @property
     def states(self) -> list[str]:
-        return [self.state] if self.state else list(OPEN_FOR_HUMANS)
+        return [self.state] if self.state else list(QUEUE_STATES)
 
 
 @dataclass
@@ -119,7 +134,11 @@ def _open_actions(filters: QueueFilters, *, now=None):
     """The queue's rows under the console's filters: the one open-queue query the API's
     `GET /queue` runs too (`runs.selectors.open_queue`)."""
     return open_queue(
-        filters.tenant_ids, tool_ids=filters.tool_ids, older_than=AGES.get(filters.age), now=now
+        filters.tenant_ids,
+        states=QUEUE_STATES,
+        tool_ids=filters.tool_ids,
+        older_than=AGES.get(filters.age),
+        now=now,
     )
 
 
@@ -132,7 +151,7 @@ def queue_page(filters: QueueFilters, cursor=None, *, size=PAGE_SIZE) -> QueuePa
     """
     now = timezone.now()
     base = _open_actions(filters, now=now)
-    counts = {state: 0 for state in OPEN_FOR_HUMANS}
+    counts = {state: 0 for state in QUEUE_STATES}
     for row in base.values("state").annotate(n=Count("pk")).order_by():
         counts[row["state"]] = row["n"]
 
@@ -145,7 +164,7 @@ def queue_page(filters: QueueFilters, cursor=None, *, size=PAGE_SIZE) -> QueuePa
         sorted(counts.items()),
         next_cursor,
     )
-    counts_list = [(state, ActionState(state).label, counts[state]) for state in OPEN_FOR_HUMANS]
+    counts_list = [(state, ActionState(state).label, counts[state]) for state in QUEUE_STATES]
     return QueuePage(
         rows=rows,
         next_cursor=next_cursor,
@@ -206,253 +225,6 @@ def queue_tools(scope: Scope, tenant_ids) -> list[tuple[str, list]]:
     ):
         names.setdefault(name, []).append(pk)
     return list(names.items())
-
-
-# --- one action ----------------------------------------------------------------------------
-
-
-@dataclass
-class TimelineEntry:
-    at: datetime
-    kind: str  # audit | attempt | read
-    title: str
-    actor: str = ""
-    detail: str = ""
-    tone: str = ""  # good | bad | warn | info | ""
-    lines: list = field(default_factory=list)
-
-
-# What each verb means to a person is declared once, with the verb (core.audit.Verb).
-VERB_TITLES = {verb.value: verb.label for verb in Verb}
-VERB_TONES = {
-    "action.succeeded": "good",
-    "action.failed": "bad",
-    "action.unknown": "warn",
-    "action.needs_human": "bad",
-    "action.blocked": "bad",
-    "approval_request.deny": "bad",
-    "approval_request.expire": "warn",
-    "approval.revoke": "warn",
-    "approval.grant": "good",
-    "approval.consume": "info",
-}
-OUTCOME_TONES = {
-    "applied": "good",
-    "version_conflict": "bad",
-    "rejected": "bad",
-    "not_sent": "warn",
-    "unknown": "warn",
-}
-VERDICT_TONES = {
-    "match": "good",
-    "mismatch": "bad",
-    "moved_on": "warn",
-    "missing": "bad",
-    "read_failed": "warn",
-    "lookup_applied": "good",
-    "lookup_not_found": "warn",
-    "lookup_failed": "warn",
-}
-EFFECT_MEANINGS = {
-    "read_only": "No side effect: no approval, no ledger key, never at risk in a replay; an "
-    "unknown outcome is simply asked again.",
-    "idempotent": "Applies one Idempotency-Key at most once and answers a repeat with the "
-    "first result: an unknown outcome is sent again with the same key (bounded), and a "
-    "replay does not put it at risk.",
-    "unsafe": "No guarantee: an unknown outcome is reconciled or handed to a person, never "
-    "sent again.",
-}
-ATTEMPT_KINDS = {
-    "send": "",
-    "safe_retry": "safe retry: the previous attempt never left",
-    "resend": "resend, same key",
-}
-
-
-def declaration_label(declaration) -> str:
-    """`effect`, lookup and who declared it, in one line (a Tool or a recorded copy)."""
-    if declaration is None:
-        return ""
-    if not isinstance(declaration, dict):
-        declaration = declaration.declaration
-    parts = [declaration.get("effect") or "unsafe"]
-    if declaration.get("lookup"):
-        parts.append("lookup")
-    who = declaration.get("declared_by") or {}
-    text = ", ".join(parts)
-    if who:
-        text += f" (declared by {who.get('kind')}:{who.get('name')})"
-    return text
-
-
-def _audit_entry(event) -> TimelineEntry:
-    lines = []
-    before = (event.before or {}).get("state")
-    after = (event.after or {}).get("state")
-    if before and after and before != after:
-        lines.append(f"{before} → {after}")
-    for key in ("block_reason", "failure_reason", "resolution", "verdict", "claimed_by"):
-        if value := (event.after or {}).get(key):
-            lines.append(f"{key.replace('_', ' ')}: {value}")
-    if event.verb == "approval.grant" and (expires := (event.after or {}).get("expires_at")):
-        lines.append(f"expires {expires}")
-    title = VERB_TITLES.get(event.verb, event.verb)
-    after = event.after or {}
-    if after.get("kind") == "resend":
-        title = f"Claimed for a resend (attempt {after.get('attempt')}, same key)"
-        lines.append(f"allowed by the declaration: {declaration_label(after.get('declaration'))}")
-    return TimelineEntry(
-        at=event.at,
-        kind="audit",
-        title=title,
-        actor=f"{event.actor_kind}:{event.actor_name}",
-        detail=event.reason,
-        tone=VERB_TONES.get(event.verb, ""),
-        lines=lines,
-    )
-
-
-def action_history(action: Action):
-    """(attempts, reconciliations, audit events) of one action: three queries.
-
-    Audit events are the action's own plus those of its approval request, its approval and
-    its ledger entry (found by object id, on the audit_object index).
-    """
-    attempts = list(action.attempts.order_by("number"))
-    reads = list(action.reconciliations.order_by("at", "id"))
-    objects = Q(object_type="action", object_id=str(action.pk)) | Q(
-        object_type="ledgerentry", object_id=str(action.ledger_entry_id)
-    )
-    if action.approval_request_id:
-        objects |= Q(object_type="approvalrequest", object_id=str(action.approval_request_id))
-    if action.approval_id:
-        objects |= Q(object_type="approval", object_id=str(action.approval_id))
-    events = list(AuditEvent.objects.filter(objects).order_by("at", "id"))
-    return attempts, reads, events
-
-
-# Audit verbs whose content the timeline already shows as a read (said once, not twice).
-SHOWN_AS_READS = {"action.reconcile_failed", "action.recheck"}
-
-
-def action_timeline(attempts, reads, events) -> list[TimelineEntry]:
-    entries = [_audit_entry(e) for e in events if e.verb not in SHOWN_AS_READS]
-    for a in attempts:
-        outcome = a.outcome or "in flight"
-        kind = ATTEMPT_KINDS.get(a.kind, "")
-        title = f"Dispatch attempt {a.number}{f' ({kind})' if kind else ''}: "
-        title += outcome.replace("_", " ")
-        if a.http_status:
-            title += f" (HTTP {a.http_status})"
-        lines = [f"started {a.started_at:%H:%M:%S.%f}"[:-3]]
-        if a.declaration:
-            lines.append(f"allowed by the declaration: {declaration_label(a.declaration)}")
-        if a.finished_at:
-            ms = (a.finished_at - a.started_at).total_seconds() * 1000
-            lines.append(f"took {ms:.0f} ms")
-        entries.append(
-            TimelineEntry(
-                at=a.started_at,
-                kind="attempt",
-                title=title,
-                detail=a.detail,
-                tone=OUTCOME_TONES.get(a.outcome, "info"),
-                lines=lines,
-            )
-        )
-    for r in reads:
-        lines = []
-        if r.expected_version is not None or r.actual_version is not None:
-            lines.append(
-                f"expected version {_v(r.expected_version)}, authoritative {_v(r.actual_version)}"
-            )
-        if r.diff:
-            lines.append("differs: " + ", ".join(d["field"] for d in r.diff))
-        who = r.actor or {}
-        label = VERDICT_MEANING.get(r.verdict, r.verdict)
-        title = f"Reconciliation read: {label}"
-        if r.kind == "lookup":
-            title = f"Lookup of the key: {label}"
-            if r.declaration:
-                lines.append(
-                    f"asked because the tool declares lookup: true ({r.declaration.get('effect')})"
-                )
-        entries.append(
-            TimelineEntry(
-                at=r.at,
-                kind="read",
-                title=title,
-                actor=f"{who.get('kind', '')}:{who.get('name', '')}" if who else "",
-                detail=r.detail,
-                tone=VERDICT_TONES.get(r.verdict, ""),
-                lines=lines,
-            )
-        )
-    entries.sort(key=lambda e: e.at)
-    return entries
-
-
-def _v(value) -> str:
-    return "none" if value is None else str(value)
-
-
-@dataclass
-class DiffRow:
-    field: str
-    desired: str
-    actual: str
-    matches: bool
-    present: bool = True
-
-
-@dataclass
-class Diff:
-    """Desired vs authoritative, field by field, from the latest read that saw the state."""
-
-    read: object | None  # the Reconciliation the table comes from
-    latest: object | None  # the latest read of any kind (may be a failed one)
-    rows: list
-    extra: list  # authoritative fields the action does not set
-    expected_version: int | None
-    after_version: int | None  # what the version should be if this action applied it
-    actual_version: int | None
-    version_ok: bool | None  # None when not guarded by expected_version
-
-    @property
-    def mismatches(self) -> list[str]:
-        return [r.field for r in self.rows if not r.matches]
-
-    @property
-    def read_age(self) -> str:
-        return age_label(self.read.at) if self.read else ""
-
-
-def action_diff(action: Action, reads) -> Diff:
-    latest = reads[-1] if reads else None
-    seen = next((r for r in reversed(reads) if r.authoritative is not None), None)
-    expected = action.expected_version
-    after = expected + 1 if expected is not None else None
-    if seen is None:
-        return Diff(None, latest, [], [], expected, after, None, None)
-    state = seen.authoritative.get("state") or {}
-    actual_version = seen.authoritative.get("version")
-    rows = [
-        DiffRow(
-            field=name,
-            desired=compact_json(wanted),
-            actual=compact_json(state[name]) if name in state else "(absent)",
-            matches=name in state and state[name] == wanted,
-            present=name in state,
-        )
-        for name, wanted in action.desired_state.items()
-    ]
-    extra = [
-        (name, compact_json(value))
-        for name, value in sorted(state.items())
-        if name not in action.desired_state
-    ]
-    version_ok = None if expected is None else actual_version == after
-    return Diff(seen, latest, rows, extra, expected, after, actual_version, version_ok)
 
 
 # --- approvals -----------------------------------------------------------------------------
@@ -562,6 +334,7 @@ class RunDetail:
     verdict: object
     replayed_by: list  # Replay records whose original is this run
     replay_record: Replay | None  # how this run came to be, if it is a replay
+    dry_run: object = None  # what a replay would do, key by key (runs.dryrun)
 
 
 def run_detail(run: Run) -> RunDetail:
@@ -573,12 +346,42 @@ def run_detail(run: Run) -> RunDetail:
         Replay.objects.filter(original_run=run).select_related("new_run").order_by("at")
     )
     record = Replay.objects.filter(new_run=run).first() if run.replay_of_id else None
-    return RunDetail(run, actions, executed, verdict, replayed_by, record)
+    with_confirmers([*replayed_by, *([record] if record else [])])
+    dry = dry_run_for(run, actions)
+    return RunDetail(run, actions, executed, verdict, replayed_by, record, dry)
+
+
+def with_confirmers(replays) -> list:
+    """Each replay with `confirmed_by`: the second admin who confirmed it (four eyes), or
+    None. The history names both people."""
+    confirmed = dict(
+        ForceReplayRequest.objects.filter(
+            new_run_id__in=[r.new_run_id for r in replays]
+        ).values_list("new_run_id", "decided_by")
+    )
+    for r in replays:
+        r.confirmed_by = confirmed.get(r.new_run_id)
+    return replays
 
 
 def replays_page(tenant, cursor=None):
     qs = Replay.objects.filter(tenant=tenant).select_related("original_run", "new_run")
-    return keyset(qs, cursor, field_name="at", descending=True)
+    rows, next_cursor = keyset(qs, cursor, field_name="at", descending=True)
+    return with_confirmers(rows), next_cursor
+
+
+def force_requests_waiting(scope: Scope):
+    """Force replays waiting for a second admin in the current tenant, oldest first, each
+    with `mine` (asked by the viewer: they cannot confirm it) and its run's dry run."""
+    rows = list(
+        ForceReplayRequest.objects.filter(tenant=scope.tenant, state=ForceRequestState.PENDING)
+        .select_related("run", "run__principal")
+        .order_by("created_at")
+    )
+    me = scope.user.get_username()
+    for r in rows:
+        r.mine = r.requested_by.get("kind") == "operator" and r.requested_by.get("name") == me
+    return rows
 
 
 # --- find anything: search and all actions ---------------------------------------------------

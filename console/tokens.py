@@ -17,7 +17,6 @@ from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.http import require_POST
 
 from core.errors import DomainError
 from core.models import Principal
@@ -28,7 +27,7 @@ from core.services import (
     tokens_manageable,
 )
 
-from .views import operator_required
+from .web import decision, operator_required
 
 LIFETIMES = [
     ("", "Never expires"),
@@ -108,8 +107,7 @@ def tokens(request):
     return _page(request)
 
 
-@require_POST
-@operator_required()
+@decision(back=lambda _: reverse("console:tokens"), refused="Not issued")
 def token_issue_view(request):
     scope = request.scope
     form = IssueForm(request.POST, owners=_owners(scope))
@@ -131,17 +129,15 @@ def token_issue_view(request):
     return _page(request, new_token={"token": token, "raw": raw, "verb": "issued"})
 
 
-def _token_for(request, pk):
-    token = _visible(request.scope).filter(pk=pk).first()
+def _token_for(scope, pk):
+    token = _visible(scope).filter(pk=pk).first()
     if token is None:
         raise Http404
     return token
 
 
-@require_POST
-@operator_required()
-def token_revoke_view(request, pk):
-    token = _token_for(request, pk)
+@decision(_token_for, back=lambda _: reverse("console:tokens"), refused="Not revoked")
+def token_revoke_view(request, token):
     form = RevokeForm(request.POST)
     form.is_valid()
     try:
@@ -158,10 +154,8 @@ def token_revoke_view(request, pk):
     return _back()
 
 
-@require_POST
-@operator_required()
-def token_rotate_view(request, pk):
-    token = _token_for(request, pk)
+@decision(_token_for, back=lambda _: reverse("console:tokens"), refused="Not rotated")
+def token_rotate_view(request, token):
     form = RotateForm(request.POST)
     overlap = float(form.cleaned_data.get("overlap") or 0) if form.is_valid() else 0
     try:

@@ -48,6 +48,12 @@ KINDS = {
             "an action has stayed unknown longer than the tenant's threshold",
         ),
         Kind(
+            "replay.force_requested",
+            "Force replay waiting for a second admin",
+            Role.ADMIN,
+            "an admin asked to force a replay; a different admin must confirm or reject it",
+        ),
+        Kind(
             "replay.forced",
             "Force replay done",
             Role.ADMIN,

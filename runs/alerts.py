@@ -126,6 +126,31 @@ def notify_force_replay(run, new_run, *, actor, reason: str, tools_at_risk) -> i
     )
 
 
+def notify_force_request(request, *, actor) -> int:
+    """A force replay waits for a second admin (inside the request's transaction)."""
+    at_risk = (
+        "unknown"
+        if request.tools_at_risk is None
+        else (", ".join(request.tools_at_risk) if request.tools_at_risk else "none")
+    )
+    return _emit(
+        tenant=request.tenant,
+        kind="replay.force_requested",
+        subject_type="force_request",
+        subject_id=request.pk,
+        summary=f"{actor.kind}:{actor.name} asks to force a replay of run "
+        f"{str(request.run_id)[:8]}; a different admin must confirm. Tools at risk: "
+        f"{at_risk}. Reason: {request.reason}",
+        data={
+            "request": str(request.pk),
+            "run": str(request.run_id),
+            "requested_by": actor.as_dict(),
+            "reason": request.reason,
+            "tools_at_risk": request.tools_at_risk,
+        },
+    )
+
+
 # --- the sweep: time-based notifications, once each ---------------------------------------------
 
 SWEEP_LIMIT = 200  # per kind and tenant and sweep; the rest come at the next sweep

@@ -42,6 +42,7 @@ BULK_MAX_ITEMS = 50
 OPERATIONS = {
     "resolve": "Resolve",
     "recheck": "Re-check",
+    "acknowledge": "Acknowledge",
     "replay": "Replay",
 }
 # What an item will do (plan) or did (result).
@@ -50,6 +51,7 @@ WILLS = {
     "resolve_succeeded": "resolve as succeeded",
     "resolve_failed": "resolve as failed",
     "recheck": "re-check the authoritative state",
+    "acknowledge": "acknowledge the block",
     "replay": "replay",
     "force_replay": "force a replay",
     "force_request": "ask a second admin to confirm a force replay",
@@ -174,7 +176,9 @@ def bulk_plan(
     outside the viewer's tenants is "not found", as if it did not exist; roles are those of
     each item's tenant; the viewer's own claims do not stop a resolve."""
     if operation not in OPERATIONS:
-        raise ValidationFailed("Unknown operation.", {"operation": ["resolve, recheck or replay."]})
+        raise ValidationFailed(
+            "Unknown operation.", {"operation": ["resolve, recheck, acknowledge or replay."]}
+        )
     reason = (reason or "").strip()
     if operation == "resolve":
         if outcome not in {ActionState.SUCCEEDED, ActionState.FAILED}:
@@ -253,6 +257,9 @@ def _plan_actions(operation, wanted, viewer, outcome, reason, now) -> list[BulkI
         )
         items.append(item)
         actor = viewer.actor_for(action.tenant_id)
+        if operation == "acknowledge":
+            _plan_acknowledge(item, action, actor)
+            continue
         if operation == "recheck":
             if refusal := decisions.check_recheck(action, actor=actor):
                 item.why = str(refusal)
@@ -279,6 +286,19 @@ def _plan_actions(operation, wanted, viewer, outcome, reason, now) -> list[BulkI
         )
         item.why = f"Resolves it as {outcome} {on}; the agent waiting on it sees {outcome}."
     return items
+
+
+def _plan_acknowledge(item: BulkItem, action: Action, actor) -> None:
+    """A blocked action leaves the queue when on-call acknowledges it (the reason is the
+    note): the rule is `check_acknowledge`'s."""
+    if refusal := decisions.check_acknowledge(action, actor=actor):
+        item.why = str(refusal)
+        return
+    item.will = "acknowledge"
+    item.why = (
+        f"Blocked ({action.get_block_reason_display().lower()}): it leaves the queue, and "
+        "stays findable from its run and the audit log."
+    )
 
 
 def _plan_replays(wanted, viewer, *, force, reason) -> list[BulkItem]:
@@ -443,6 +463,9 @@ def _apply_one(plan: BulkPlan, item: BulkItem, actor: Actor) -> BulkResult:
     try:
         if item.kind == "action":
             action = Action.objects.get(pk=item.id)
+            if item.will == "acknowledge":
+                decisions.action_acknowledge(action, note=plan.reason, actor=actor)
+                return BulkResult(item, "acknowledge", "acknowledged: it left the queue")
             if item.will == "recheck":
                 action = decisions.action_recheck(action.pk, actor=actor)
                 read = action.reconciliations.order_by("-at", "-id").first()

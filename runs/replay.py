@@ -503,6 +503,7 @@ def run_force_replay(run: Run, *, reason: str, actor: Actor):
             after={"request": str(request.pk), "tools_at_risk": verdict.tools_at_risk},
             reason=reason,
         )
+        alerts.notify_force_request(request, actor=actor)
     return None, request
 
 

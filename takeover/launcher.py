@@ -206,6 +206,9 @@ class Launcher:
         env.setdefault("DJANGO_SETTINGS_MODULE", "takeover.settings")
         # The worker's series on a port of its own (the web's /metrics shows the web's only).
         env.setdefault("WORKER_METRICS_PORT", str(WORKER_METRICS_PORT))
+        # Links in notifications point at the console this launcher serves (PORT), unless
+        # CONSOLE_URL says otherwise (a proxy in front).
+        env.setdefault("CONSOLE_URL", f"http://127.0.0.1:{self.port}")
         return env
 
     def children_for(self, broker: str) -> list[tuple[str, list[str]]]:

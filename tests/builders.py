@@ -91,6 +91,12 @@ class World:
             time.sleep(0.1)
 
 
+def long_text(prefix: str, n: int = 200) -> str:
+    """n characters with no space or break in them: a key, a target, a token in a reason
+    that a page must wrap rather than widen for."""
+    return (prefix + "0123456789abcdefghij" * (n // 20 + 1))[:n]
+
+
 def make_world(
     downstream=None,
     *,
@@ -225,7 +231,7 @@ def make_unknown(world, *, stay_unknown=True, run=None, target=None):
     return wait_state(action.pk, {"unknown", "needs_human"} if not stay_unknown else "unknown")
 
 
-def make_needs_human(world, *, run=None, target=None):
+def make_needs_human(world, *, run=None, target=None, key=None, reason=""):
     """An action whose outcome was lost and whose target, read back, differs in `status`."""
     ds = world.downstream
     target = target or target_name()
@@ -233,7 +239,8 @@ def make_needs_human(world, *, run=None, target=None):
     t = tool(world)
     ds.fault("error_before_commit", prefix="tickets", target=target)
     run = run or start_run(world)
-    action = propose(world, run, t, target, {"status": "closed", "priority": "high"}, 3)
+    desired = {"status": "closed", "priority": "high"}
+    action = propose(world, run, t, target, desired, 3, key=key, reason=reason)
     dispatch.action_dispatch(action.pk)
     action = wait_state(action.pk, {"unknown", "needs_human"})
     if action.state == "unknown":
@@ -243,7 +250,7 @@ def make_needs_human(world, *, run=None, target=None):
     return wait_state(action.pk, "needs_human")
 
 
-def make_awaiting(world, *, run=None, target=None, reason=""):
+def make_awaiting(world, *, run=None, target=None, reason="", key=None):
     """An e-mail that needs an approver: awaiting_approval with a pending request."""
     t = tool(world, "send_email", prefix="email", requires_approval=True)
     run = run or start_run(world)
@@ -254,8 +261,27 @@ def make_awaiting(world, *, run=None, target=None, reason=""):
         t,
         target,
         {"subject": "Refund", "body": "Your refund is on its way."},
+        key=key,
         reason=reason,
     )
+
+
+def make_blocked(world, run=None):
+    """An e-mail proposed with an approval that does not exist: blocked at once
+    (approval_not_found), in the queue until on-call acknowledges it. The cheapest row the
+    on-call queue shows (approval requests are on Approvals, not in the queue)."""
+    action, _, _ = action_propose(
+        run=run or start_run(world),
+        tool=tool(world, "send_email", prefix="email", requires_approval=True),
+        target=f"{uuid.uuid4().hex[:6]}@example.com",
+        desired_state={"subject": "Refund"},
+        expected_version=None,
+        idempotency_key=f"k-{uuid.uuid4().hex}",
+        approval_id=uuid.uuid4(),
+        actor=agent_of(world),
+    )
+    assert action.state == "blocked"
+    return action
 
 
 def make_failed_run_with_tools(world):

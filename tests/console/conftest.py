@@ -21,6 +21,7 @@ from tests.builders import (  # noqa: F401 -- the shared builder, as the console
     agent_of,
     declared_tool,
     make_awaiting,
+    make_blocked,
     make_failed_run_with_tools,
     make_failed_run_without_tools,
     make_needs_human,

@@ -55,7 +55,10 @@ def demo_world(downstream):
     )
 
 
-def test_screenshots(live_db, downstream, new_page, console_server):
+def test_screenshots(live_db, downstream, new_page, console_server, settings):
+    # The demo data takes a while to build on a busy machine: its reads stay fresh enough to
+    # decide on (the resolve rule's limit), as they would in a console in use.
+    settings.RESOLVE_READ_MAX_AGE_SECONDS = 900
     OUT.mkdir(parents=True, exist_ok=True)
     w = demo_world(downstream)
     tool(w, "update_ticket", identity_fields=["status"])
@@ -166,6 +169,7 @@ def test_screenshots(live_db, downstream, new_page, console_server):
     down_server.shutdown()
     replay_run = failed_run.replays.first()
     clean_failed = make_failed_run_without_tools(w)
+    truth = replay_truth_world(w)
 
     shots = {
         "action-lookup": f"/actions/{by_lookup.pk}/",
@@ -180,6 +184,11 @@ def test_screenshots(live_db, downstream, new_page, console_server):
         "run": f"/runs/{failed_run.pk}/",
         "replays": "/replays/",
         **extra_shots(awaiting, run),
+        "dry-run-forced": f"/runs/{truth['forced'].pk}/",
+        "dry-run-futile": f"/runs/{truth['futile'].pk}/",
+        "dry-run-single": f"/runs/{truth['single'].pk}/",
+        "settings": "/settings/",
+        "audit-of-run": f"/audit/?run={truth['forced'].pk}",
         "notifications": "/notifications/",
         "deliveries": "/notifications/deliveries/",
         "preferences": "/preferences/",
@@ -223,6 +232,37 @@ def test_screenshots(live_db, downstream, new_page, console_server):
         page.get_by_label(re.compile("^Reason")).fill("Ticket updates are keyed.")
         page.get_by_role("button", name="Preview replay of the selected").click()
         shoot(page, "bulk-replay-preview", width)
+        # Bulk resolve as succeeded of needs-human items whose fresh read differs: each is
+        # called out and needs its own tick.
+        page.goto(console_server("/"))
+        for pk in truth["needs"]:
+            page.locator(f"#pick-{pk}").check()
+        page.get_by_label("With the selected").select_option("resolve:succeeded")
+        page.get_by_label(re.compile("^Reason")).fill("Closed in the helpdesk by hand.")
+        page.get_by_role("button", name="Preview").click()
+        shoot(page, "bulk-contradicting", width)
+        # Four eyes, seen by the second admin: the inbox and the confirm page.
+        second = new_page()
+        second.set_viewport_size({"width": width, "height": height})
+        sign_in(second, console_server, truth["second_admin"])
+        second.goto(console_server("/force-replays/"))
+        shoot(second, "four-eyes-inbox", width)
+        second.goto(console_server(f"/force-replays/{truth['request'].pk}/"))
+        shoot(second, "four-eyes-confirm", width)
+        # A settled action seen by a colleague who was typing a reason.
+        watch = truth["watched"][width]
+        second.goto(console_server(f"/actions/{watch.pk}/"))
+        second.get_by_label("Reason").fill(
+            "Called the customer: the ticket is closed on their side."
+        )
+        decisions.action_resolve(
+            watch,
+            outcome="failed",
+            reason="The helpdesk shows it still open; the close never landed.",
+            actor=operator_actor(w.oncall),
+        )
+        second.locator("#settled-line").wait_for(timeout=10_000)
+        shoot(second, "action-settled-by-colleague", width)
         page.goto(console_server("/notifications/"))
         form = page.locator("#add-channel")
         form.get_by_label("Name").fill(f"audit sink {width}")
@@ -240,6 +280,62 @@ def test_screenshots(live_db, downstream, new_page, console_server):
         page.goto(console_server("/__500__"))
         shoot(page, "server-error", width)
     assert (OUT / "queue-390.png").exists()
+
+
+def replay_truth_world(w) -> dict:
+    """The replay and four-eyes states (issue 21): a forced replay waiting for a second
+    admin, a run a replay cannot fix, a run a replay may repeat, needs-human actions for a
+    contradicting bulk resolve, 200-character keys and reasons."""
+    from core.services import tenant_settings_update
+    from ledger.models import LedgerEntry
+    from ledger.services import ledger_revoke
+    from tests.builders import long_text
+    from tests.console.conftest import add_operator
+
+    def failed_run(target, expected_version, key, config):
+        run = start_run(w, config=config)
+        w.downstream.seed(target, {"status": "open"}, version=5)
+        a = propose(w, run, tool(w), target, {"status": "closed"}, expected_version, key=key)
+        dispatch.action_dispatch(a.pk)
+        wait_state(a.pk, {"succeeded", "failed"})
+        runtime.run_finish(
+            run,
+            status="error",
+            error_message="The LLM provider timed out after the ticket update.",
+            tools_called=["update_ticket"],
+            actor=agent_of(w),
+        )
+        return run, a
+
+    forced, _ = failed_run(
+        "TCK-6001", 5, "evt-2026-12-01:" + long_text("close-", 180), {"batch": 61}
+    )
+    futile, _ = failed_run("TCK-6002", 4, "evt-2026-12-01:close-TCK-6002", {"batch": 62})
+    single, revoked = failed_run("TCK-6003", 5, "evt-2026-12-01:close-TCK-6003", {"batch": 63})
+    ledger_revoke(
+        LedgerEntry.objects.get(tenant=w.tenant, key=revoked.idempotency_key),
+        actor=operator_actor(w.admin),
+        reason="The ticket was reopened by the customer; close it again.",
+    )
+    tenant_settings_update(w.tenant, actor=operator_actor(w.admin), four_eyes_force_replay=True)
+    _, request = replay.run_force_replay(
+        forced,
+        reason="Ticket updates are keyed by event; the ledger answers a repeat. "
+        + long_text("see-runbook-", 120),
+        actor=operator_actor(w.admin),
+    )
+    second_admin = add_operator(w, "pat", "admin")
+    needs = [make_needs_human(w, target=f"TCK-70{n}") for n in range(2)]
+    watched = {width: make_needs_human(w, target=f"TCK-71{width}") for width, _ in WIDTHS}
+    return {
+        "forced": forced,
+        "futile": futile,
+        "single": single,
+        "request": request,
+        "second_admin": second_admin,
+        "needs": [a.pk for a in needs],
+        "watched": watched,
+    }
 
 
 def deliver_all(rounds=8):

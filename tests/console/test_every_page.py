@@ -82,6 +82,16 @@ def scene(downstream):
         actor=operator_actor(world.admin),
     )
     make_awaiting(world, run=run)  # one delivery at least, in the log
+    # Four eyes: a force replay waiting for a second admin (its inbox and confirm page).
+    from core.services import tenant_settings_update
+    from runs.replay import run_force_replay
+
+    tenant_settings_update(
+        world.tenant, actor=operator_actor(world.admin), four_eyes_force_replay=True
+    )
+    _, waiting = run_force_replay(
+        make_failed_run_with_tools(world), reason="keys guard it", actor=operator_actor(world.admin)
+    )
     pages = {
         "queue": "/",
         "action": f"/actions/{needs.pk}/",
@@ -92,7 +102,11 @@ def scene(downstream):
         "run": f"/runs/{failed.pk}/",
         "run (a pending replay)": f"/runs/{replay.pk}/",
         "replays": "/replays/",
+        "waiting for you": "/force-replays/",
+        "force replay to confirm": f"/force-replays/{waiting.pk}/",
+        "settings": "/settings/",
         "audit": "/audit/",
+        "audit of a run": f"/audit/?run={run.pk}",
         "all actions": "/actions/",
         "conflicts": "/conflicts/",
         "search": "/search/",
@@ -153,6 +167,17 @@ def test_every_page_has_no_axe_violations_and_no_sideways_scroll_at_both_widths(
             page.get_by_role("button", name=re.compile("^Confirm")).click()
             expect(page.get_by_role("heading", name=re.compile("^Done"))).to_be_visible()
             check(page, "bulk result", width)
+            # ... a bulk resolve whose items contradict their fresh reads ...
+            page.goto(console_server("/"))
+            for box in page.locator('input[form="bulk-form"]').all():
+                box.uncheck()
+            for box in page.locator('tr[data-state="needs_human"] input[form="bulk-form"]').all():
+                box.check()
+            page.get_by_label("With the selected").select_option("resolve:succeeded")
+            page.get_by_label(re.compile("^Reason")).fill("Closed by hand.")
+            page.get_by_role("button", name="Preview").click()
+            expect(page.locator("tr[data-flagged]").first).to_be_visible()
+            check(page, "bulk preview with contradicting items", width)
             # ... a new signing secret ...
             page.goto(console_server("/notifications/"))
             form = page.locator("#add-channel")

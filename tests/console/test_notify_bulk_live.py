@@ -23,6 +23,7 @@ from tests.console.conftest import (
     add_operator,
     agent_of,
     make_awaiting,
+    make_blocked,
     make_failed_run_without_tools,
     make_needs_human,
     operator_actor,
@@ -181,7 +182,7 @@ def test_a_bulk_preview_matches_what_the_confirm_does(
     first = make_needs_human(world, run=run)
     second = make_needs_human(world, run=run)
     held = make_needs_human(world, run=run)
-    awaiting = make_awaiting(world, run=run)
+    awaiting = make_blocked(world, run=run)  # not resolvable: skipped
     colleague = add_operator(world, "oncall2", Role.ONCALL)
     decisions.action_claim_for_operator(held, user=user(colleague), actor=operator_actor(colleague))
     page = sign_in(new_page(), console_server, world.oncall)
@@ -221,9 +222,7 @@ def test_a_bulk_preview_matches_what_the_confirm_does(
     states = {a.pk: Action.objects.get(pk=a.pk) for a in (first, second, held, awaiting)}
     assert states[first.pk].state == states[second.pk].state == "failed"
     assert states[first.pk].resolution_reason == "Helpdesk shows none of these closed."
-    assert (
-        states[held.pk].state == "needs_human" and states[awaiting.pk].state == "awaiting_approval"
-    )
+    assert states[held.pk].state == "needs_human" and states[awaiting.pk].state == "blocked"
     for a in (first, second):
         assert AuditEvent.objects.filter(verb="action.failed", object_id=str(a.pk)).count() == 1
     batch = AuditEvent.objects.get(verb="bulk.apply", tenant=world.tenant)
@@ -235,6 +234,10 @@ def test_a_bulk_preview_matches_what_the_confirm_does(
     # Re-check together: each read once, recorded.
     page.goto(console_server("/"))
     reads = held.reconciliations.count()
+    # The ticks of the items still open are kept across the preview and the result.
+    expect(page.locator(f"#pick-{held.pk}")).to_be_checked()
+    expect(page.locator(f"#pick-{awaiting.pk}")).to_be_checked()
+    page.locator(f"#pick-{awaiting.pk}").uncheck()
     page.locator(f"#pick-{held.pk}").check()
     page.locator(f"#pick-{newcomer.pk}").check()
     page.get_by_label("With the selected").select_option("recheck")
@@ -256,22 +259,22 @@ def test_a_bulk_confirm_after_the_selection_changed_does_nothing_and_previews_ag
     page = sign_in(new_page(), console_server, world.oncall)
     page.locator(f"#pick-{first.pk}").check()
     page.locator(f"#pick-{second.pk}").check()
-    page.get_by_label("With the selected").select_option("resolve:succeeded")
-    page.get_by_label(re.compile("^Reason")).fill("Both closed by hand.")
+    page.get_by_label("With the selected").select_option("resolve:failed")
+    page.get_by_label(re.compile("^Reason")).fill("Both still open in the helpdesk.")
     page.get_by_role("button", name="Preview").click()
-    assert set(_wills(page).values()) == {"resolve_succeeded"}
+    assert set(_wills(page).values()) == {"resolve_failed"}
     # Meanwhile a colleague settles one of them.
     decisions.action_resolve(
-        first, outcome="failed", reason="it was not", actor=operator_actor(world.admin)
+        first, outcome="succeeded", reason="it was, by hand", actor=operator_actor(world.admin)
     )
     page.get_by_role("button", name="Confirm: resolve 2").click()
     expect(page.get_by_role("status").first).to_contain_text("nothing was done")
-    assert _wills(page) == {str(first.pk): "skip", str(second.pk): "resolve_succeeded"}
+    assert _wills(page) == {str(first.pk): "skip", str(second.pk): "resolve_failed"}
     assert Action.objects.get(pk=second.pk).state == "needs_human"
     assert not AuditEvent.objects.filter(verb="bulk.apply", tenant=world.tenant).exists()
     page.get_by_role("button", name="Confirm: resolve 1").click()
-    assert _dids(page) == {str(first.pk): "skip", str(second.pk): "resolve_succeeded"}
-    assert Action.objects.get(pk=second.pk).state == "succeeded"
+    assert _dids(page) == {str(first.pk): "skip", str(second.pk): "resolve_failed"}
+    assert Action.objects.get(pk=second.pk).state == "failed"
 
 
 def test_a_bulk_replay_preview_names_the_tools_and_ledger_hits_and_the_replay_proves_it(
@@ -311,9 +314,12 @@ def test_a_bulk_replay_preview_names_the_tools_and_ledger_hits_and_the_replay_pr
     }
     row = page.locator(f"#bulk-{forced.pk}")
     expect(row.locator(".tools-line")).to_contain_text("update_ticket")
-    expect(row.locator(f'li[data-key="evt-7:{kept}"]')).to_contain_text("ledger hit")
-    expect(row.locator(f'li[data-key="evt-7:{kept}"]')).to_contain_text("succeeded")
+    # The dry run, per key: the ledger hands back the recorded success; the revoked key
+    # would be sent again.
+    expect(row.locator(f'li[data-key="evt-7:{kept}"]')).to_contain_text("recorded success")
+    expect(row.locator(f'li[data-key="evt-7:{kept}"]')).to_contain_text("Not sent again")
     expect(row.locator(f'li[data-key="evt-7:{undone}"]')).to_contain_text("sent again")
+    expect(row.locator(".dry-summary")).to_contain_text("1 key would be sent again")
     expect(page.locator(f"#bulk-{unsettled.pk}")).to_contain_text("has not settled yet")
 
     page.get_by_role("button", name="Confirm: replay 2").click()
@@ -357,18 +363,35 @@ def test_the_run_page_follows_the_run_and_keeps_a_typed_force_reason(
     reason = "The customer confirmed nothing was closed"
     page.get_by_label(re.compile("^Reason")).fill(reason)
 
-    # A colleague resolves its one call as failed: the actions follow, the verdict changes,
-    # and the form being typed in stays, with a notice.
+    # A colleague resolves its one call as failed: the actions follow, and the replay panel
+    # is replaced in place. Its one key would only hand back that recorded failure, so no
+    # replay is offered as a fix; the typed reason stays in view.
     decisions.action_resolve(
         action, outcome="failed", reason="not applied", actor=operator_actor(world.oncall)
     )
     expect(page.locator("#run-actions")).to_contain_text("failed", timeout=12_000)
     notice = page.locator("#controls-notice")
     expect(notice).to_contain_text("The replay verdict of this run changed")
-    expect(page.get_by_label(re.compile("^Reason"))).to_have_value(reason)
-    notice.get_by_role("button", name="Show the new options, keep my text").click()
-    expect(page.locator("#replay-verdict")).to_contain_text("Replay allowed")
+    expect(notice).to_contain_text(reason)
+    expect(page.locator("#replay-futile")).to_contain_text("A replay is not offered")
+    expect(page.locator(f'li[data-key="{action.idempotency_key}"]')).to_contain_text(
+        "recorded failure"
+    )
+    expect(page.get_by_role("button", name="Replay this run")).to_have_count(0)
+    expect(page.get_by_role("button", name="Force replay")).to_have_count(0)
+
+    # The key is revoked (the close is to be tried again): now a replay would send it again,
+    # and the panel offers the replay, saying so.
+    ledger_revoke(
+        LedgerEntry.objects.get(tenant=world.tenant, key=action.idempotency_key),
+        actor=operator_actor(world.admin),
+        reason="try the close again",
+    )
+    expect(page.locator(f'li[data-key="{action.idempotency_key}"]')).to_contain_text(
+        "sent again", timeout=12_000
+    )
     page.get_by_role("button", name="Replay this run").click()
+    expect(page.get_by_role("status").first).to_contain_text("1 key would be sent again")
     expect(page.locator("#run-status")).to_have_text("pending")
     replay = Run.objects.get(replay_of=run)
 

@@ -16,7 +16,7 @@ from runs import decisions
 from runs.models import Action
 from tests.builders import make_world
 from tests.console.conftest import (
-    make_awaiting,
+    make_blocked,
     make_needs_human,
     make_unknown,
     operator_actor,
@@ -39,8 +39,9 @@ def row_ids(response) -> list[str]:
 
 
 def awaiting_many(world, n, run=None):
+    """Queue rows: blocked actions (on-call acknowledges them)."""
     run = run or start_run(world)
-    return [make_awaiting(world, run=run) for _ in range(n)]
+    return [make_blocked(world, run=run) for _ in range(n)]
 
 
 def queue_queries(client, django_assert_num_queries, expected):
@@ -75,7 +76,7 @@ def test_queue_with_fifty_rows_runs_a_constant_number_of_queries(
     full = queue_queries(oncall, django_assert_num_queries, QUEUE_QUERIES)
     assert len(row_ids(full)) == 50
 
-    make_awaiting(world)  # the 51st goes to the next page; the first page costs the same
+    make_blocked(world)  # the 51st goes to the next page; the first page costs the same
     assert len(row_ids(queue_queries(oncall, django_assert_num_queries, QUEUE_QUERIES))) == 50
 
 
@@ -99,10 +100,10 @@ def test_queue_is_oldest_first_and_pages_by_keyset_without_gaps_or_repeats(live_
 def test_queue_filters_by_tool_state_age_and_tenant(live_db, downstream):
     world = make_world(downstream)
     run = start_run(world)
-    email = make_awaiting(world, run=run)
+    email = make_blocked(world, run=run)
     needs = make_needs_human(world, run=run)
     with time_machine.travel(timezone.now() - timedelta(hours=2), tick=True):
-        old = make_awaiting(world, run=run)
+        old = make_blocked(world, run=run)
     client = signed_in(world.admin)
 
     assert set(row_ids(client.get("/?tool=update_ticket"))) == {str(needs.pk)}
@@ -114,15 +115,15 @@ def test_queue_filters_by_tool_state_age_and_tenant(live_db, downstream):
     assert len(row_ids(client.get("/?state=succeeded&age=forever"))) == 3
 
     body = client.get("/?tool=send_email").content.decode()
-    assert 'data-count="awaiting_approval">2<' in body
+    assert 'data-count="blocked">2<' in body
     assert 'data-count="needs_human">0<' in body
 
 
 def test_operator_in_two_tenants_can_see_both_queues_at_once(live_db, downstream):
     world = make_world(downstream)
-    mine = make_awaiting(world)
+    mine = make_blocked(world)
     other = make_world(downstream)
-    theirs = make_awaiting(other)
+    theirs = make_blocked(other)
     from core.services import operator_create
     from tests.builders import SETUP
 
@@ -139,7 +140,7 @@ def test_operator_in_two_tenants_can_see_both_queues_at_once(live_db, downstream
 def test_refresh_answers_204_until_something_changes(live_db, downstream):
     world = make_world(downstream)
     run = start_run(world)
-    make_awaiting(world, run=run)
+    make_blocked(world, run=run)
     client = signed_in(world.oncall)
     page = client.get("/").content.decode()
     refresh = re.search(r'hx-get="(/\?[^"]*refresh=1[^"]*)"', page).group(1).replace("&amp;", "&")
@@ -147,7 +148,7 @@ def test_refresh_answers_204_until_something_changes(live_db, downstream):
     unchanged = client.get(refresh, HTTP_HX_REQUEST="true")
     assert unchanged.status_code == 204
 
-    newcomer = make_awaiting(world, run=run)
+    newcomer = make_blocked(world, run=run)
     changed = client.get(refresh, HTTP_HX_REQUEST="true")
     assert changed.status_code == 200
     body = changed.content.decode()

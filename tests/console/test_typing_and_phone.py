@@ -1,206 +1,30 @@
-"""Issue 12, parts 1 and 2, in headless Chromium: nothing typed is lost to a live update, and
-the core tasks work on a 390 px phone with no sideways scrolling."""
+"""Issue 12, parts 3 to 8, in headless Chromium: acknowledge, resolve feeds replay, the
+approver's context, fresh decisions, find anything, the corners. (Typing kept through live
+updates: test_live_screen.py; phones: test_phone.py; four eyes: test_replay_truth.py.)"""
 
 import re
-import time
 from pathlib import Path
 
 import pytest
 from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import expect
 
-from core.models import Role
+from core.models import AuditEvent
 from runs import decisions, runtime
 from runs.models import Action
 from tests.builders import make_world
 from tests.console.conftest import (
     PASSWORD,
-    add_operator,
     make_awaiting,
-    make_failed_run_with_tools,
     make_needs_human,
-    make_unknown,
     operator_actor,
     sign_in,
     start_run,
-    user,
-    wait_state,
 )
 
 pytestmark = pytest.mark.browser
 
 PHONE = {"width": 390, "height": 844}
-
-
-# --- part 1: never lose typing ------------------------------------------------------------
-
-
-def test_a_colleagues_claim_arriving_while_a_reason_is_typed_keeps_the_text(
-    live_db, downstream, new_page, console_server
-):
-    world = make_world(downstream)
-    action = make_needs_human(world)
-    colleague = add_operator(world, "oncall2", Role.ONCALL)
-    page = sign_in(new_page(), console_server, world.oncall, path=f"/actions/{action.pk}/")
-    reason = "Called the customer: the ticket is closed on their side"
-    page.get_by_label("Reason").fill(reason)
-
-    decisions.action_claim_for_operator(
-        action, user=user(colleague), actor=operator_actor(colleague)
-    )
-    # The live part follows (banner), the form does not move, and a notice says what changed.
-    expect(page.locator("#claim-banner")).to_contain_text(
-        f"Claimed by {colleague.username}", timeout=6_000
-    )
-    notice = page.locator("#controls-notice")
-    expect(notice).to_contain_text(f"{colleague.username} claimed this")
-    expect(notice).to_contain_text(re.compile(r"\d+ s ago"))
-    expect(page.get_by_label("Reason")).to_have_value(reason)
-    expect(page.get_by_role("button", name="Claim", exact=True)).to_be_visible()  # old form
-
-    # Take over, from the notice: the claim moves and the text comes back after the reload.
-    notice.get_by_role("button", name=f"Take over from {colleague.username}").click()
-    expect(page.locator("#claim-banner")).to_contain_text("You hold this action")
-    expect(page.get_by_label("Reason")).to_have_value(reason)
-    assert Action.objects.get(pk=action.pk).claimed_by.get_username() == world.oncall.username
-
-    page.get_by_role("button", name="Resolve as succeeded").click()
-    expect(page.locator("#action-state")).to_have_text("succeeded")
-    assert wait_state(action.pk, "succeeded").resolution_reason == reason
-
-
-def test_untouched_controls_follow_a_claim_and_discard_restores_the_live_form(
-    live_db, downstream, new_page, console_server
-):
-    world = make_world(downstream)
-    action = make_needs_human(world)
-    colleague = add_operator(world, "oncall2", Role.ONCALL)
-    page = sign_in(new_page(), console_server, world.oncall, path=f"/actions/{action.pk}/")
-    page.get_by_label("Reason").fill("half a thought")
-    decisions.action_claim_for_operator(
-        action, user=user(colleague), actor=operator_actor(colleague)
-    )
-    notice = page.locator("#controls-notice")
-    notice.get_by_role("button", name="Discard my text").click(timeout=6_000)
-    expect(page.get_by_label(re.compile("Resolve despite"))).to_be_visible()
-    expect(page.get_by_label("Reason")).to_have_value("")
-    expect(notice).to_be_empty()
-    page.reload()  # a discarded draft does not come back
-    expect(page.get_by_label("Reason")).to_have_value("")
-
-
-def test_approvals_keep_updating_while_a_deny_reason_is_typed(
-    live_db, downstream, new_page, console_server
-):
-    world = make_world(downstream)
-    run = start_run(world)
-    first = make_awaiting(world, run=run)
-    gone = make_awaiting(world, run=run)
-    page = sign_in(new_page(), console_server, world.approver, path="/approvals/")
-    box = page.locator(f"#deny-{first.approval_request_id}")
-    box.fill("Not to this customer")
-    page.locator(f"#deny-{gone.approval_request_id}").fill("About to be granted by someone else")
-    box.focus()
-
-    newcomer = make_awaiting(world, run=run)
-    decisions.approval_request_grant(
-        gone.approval_request, ttl_seconds=600, actor=operator_actor(world.admin)
-    )
-    started = time.monotonic()
-    expect(page.locator(f"#request-{newcomer.approval_request_id}")).to_be_visible(timeout=8_000)
-    assert time.monotonic() - started < 8
-    expect(page.locator("#pending-count")).to_have_text("2")
-    expect(box).to_have_value("Not to this customer")
-    assert page.evaluate("document.activeElement.id") == f"deny-{first.approval_request_id}"
-    kept = page.locator(f"#request-{gone.approval_request_id}")
-    expect(kept).to_contain_text("No longer pending")
-    expect(kept.get_by_label("Reason to deny")).to_have_value("About to be granted by someone else")
-
-    page.get_by_role("button", name="Deny").first.click()
-    expect(page.get_by_role("status").first).to_contain_text("Denied")
-    assert wait_state(first.pk, "blocked").block_reason == "approval_denied"
-
-
-# --- part 2: a phone ------------------------------------------------------------------------
-
-
-def _overflow(page) -> int:
-    return page.evaluate(
-        "document.documentElement.scrollWidth - document.documentElement.clientWidth"
-    )
-
-
-def test_no_page_scrolls_sideways_at_390_px_and_axe_finds_nothing(
-    live_db, downstream, new_page, console_server
-):
-    world = make_world(downstream)
-    run = start_run(world)
-    needs = make_needs_human(world, run=run)
-    awaiting = make_awaiting(world, run=run, target="a.very.long.address.for.a.phone@example.com")
-    make_unknown(world, run=run)
-    failed = make_failed_run_with_tools(world)
-    page = sign_in(new_page(viewport=PHONE), console_server, world.admin)
-    pages = {
-        "queue": "/",
-        "action": f"/actions/{needs.pk}/",
-        "action awaiting approval": f"/actions/{awaiting.pk}/",
-        "approvals": "/approvals/",
-        "runs": "/runs/",
-        "run": f"/runs/{failed.pk}/",
-        "audit": "/audit/",
-        "replays": "/replays/",
-        "all actions": "/actions/",
-        "search results": f"/search/?q={needs.target}&list=1",
-        "404": "/no/such/page/",
-        "404 of an object": "/actions/00000000-0000-0000-0000-000000000000/",
-    }
-    axe = Axe()
-    too_wide, violations = {}, {}
-    for name, path in pages.items():
-        page.goto(console_server(path))
-        if (extra := _overflow(page)) > 0:
-            too_wide[name] = extra
-        found = axe.run(page).response["violations"]
-        if found:
-            violations[name] = [(v["id"], [n["target"] for n in v["nodes"]][:3]) for v in found]
-    assert not too_wide, too_wide
-    assert not violations, violations
-
-
-def test_phone_puts_the_decision_before_the_timeline_and_keeps_the_header_small(
-    live_db, downstream, new_page, console_server
-):
-    world = make_world(downstream)
-    action = make_needs_human(world)
-    awaiting = make_awaiting(world)
-    page = sign_in(new_page(viewport=PHONE), console_server, world.admin)
-    header = page.locator("header.topbar").bounding_box()
-    assert header["height"] <= 100, header
-
-    row = page.locator(f"#row-{action.pk}")
-    link = row.get_by_role("link", name=action.target)
-    box = link.bounding_box()
-    assert box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"]
-    link.click()
-
-    def top(selector):
-        return page.locator(selector).bounding_box()["y"]
-
-    assert top("#diff") < top("#resolve-form") < top("#timeline-panel")
-    assert top("#resolve-form") < 844 * 1.5, "the decision is within reach, not 1,900 px down"
-    page.get_by_label("Reason").fill("Confirmed closed by phone.")
-    page.get_by_role("button", name="Resolve as succeeded").click()
-    expect(page.locator("#action-state")).to_have_text("succeeded")
-
-    page.goto(console_server("/approvals/"))
-    row = page.locator(f"#request-{awaiting.approval_request_id}")
-    grant = row.get_by_role("button", name="Grant")
-    deny = row.get_by_role("button", name="Deny")
-    for button in (grant, deny):
-        b = button.bounding_box()
-        assert b["x"] >= 0 and b["x"] + b["width"] <= PHONE["width"], b
-    grant.click()
-    expect(page.get_by_role("status").first).to_contain_text("queued for dispatch")
 
 
 # --- part 7: acknowledge blocked; resolve feeds replay --------------------------------------
@@ -247,7 +71,7 @@ def test_resolve_as_failed_feeds_the_run_replay_verdict(
     expect(verdict).to_contain_text("Replay refused without force")
     expect(page.get_by_role("button", name="Replay this run")).to_have_count(0)
 
-    page.get_by_role("link", name=action.target).click()
+    page.locator("#run-actions").get_by_role("link", name=action.target).click()
     page.get_by_label("Reason").fill("The ticket is still open: the close never landed.")
     page.get_by_role("button", name="Resolve as failed").click()
     expect(page.locator("#action-state")).to_have_text("failed")
@@ -256,9 +80,13 @@ def test_resolve_as_failed_feeds_the_run_replay_verdict(
     expect(verdict).to_contain_text("Replay allowed")
     expect(verdict).to_contain_text("resolved every call of update_ticket by this run as failed")
     expect(page.locator("#not-applied")).to_contain_text("update_ticket")
-    page.get_by_role("button", name="Replay this run").click()
-    expect(page.get_by_role("status").first).to_contain_text("Replay created")
-    assert run.replays.count() == 1
+    # Yet the same key would only hand back that recorded failure: the dry run says so, and
+    # a replay is not offered as a fix.
+    expect(page.locator(f'li[data-key="{action.idempotency_key}"]')).to_contain_text(
+        "recorded failure"
+    )
+    expect(page.locator("#replay-futile")).to_be_visible()
+    expect(page.get_by_role("button", name="Replay this run")).to_have_count(0)
 
 
 # --- part 6: approver context -----------------------------------------------------------------
@@ -292,7 +120,7 @@ def test_approver_lands_on_approvals_and_sees_reason_run_and_target_state(
     state = row.locator(f'[data-state-for="{action.approval_request_id}"]')
     expect(state).to_contain_text("version 7, as the request expects")
     expect(state).to_contain_text("would change status")
-    expect(row.locator(".state-diff")).to_contain_text(re.compile(r'status: "open" .*"closed"'))
+    expect(state).to_contain_text(re.compile(r'status.*"open".*"closed"'))
     expect(row).to_contain_text("expires in")
 
 
@@ -307,10 +135,19 @@ def test_opening_an_action_rereads_and_the_diff_age_ticks(
     reads_before = action.reconciliations.count()
     settings.CONSOLE_REREAD_AFTER_SECONDS = 0  # any read is old enough to re-read on opening
     page = sign_in(new_page(), console_server, world.oncall, path=f"/actions/{action.pk}/")
-    expect(page.locator("#action-live")).to_contain_text(
-        f"by operator:{world.oncall.username}", timeout=6_000
-    )
+    # The page's own read is the reconciler's: opening a page is not a decision, and
+    # writes nothing under the viewer's name.
+    for _ in range(30):
+        if action.reconciliations.count() > reads_before:
+            break
+        page.wait_for_timeout(200)
     assert action.reconciliations.count() == reads_before + 1
+    latest = action.reconciliations.order_by("-at", "-id").first()
+    assert latest.actor == {"kind": "system", "name": "reconciler"}
+    expect(page.locator("#action-live")).to_contain_text("by system:reconciler")
+    assert not AuditEvent.objects.filter(
+        object_id=str(action.pk), actor_name=world.oncall.username
+    ).exists()
     age = page.locator("#diff .read-age")
     first = age.inner_text()
     page.wait_for_timeout(2_200)
@@ -456,47 +293,6 @@ def test_nav_counts_and_the_tab_title_update_live(live_db, downstream, new_page,
     approver = sign_in(new_page(), console_server, world.approver, path="/runs/")
     expect(approver.locator("#nav-count-queue")).to_have_count(0)  # not on-call: not shown
     expect(approver.locator("#nav-count-approvals")).to_contain_text("2")
-
-
-# --- part 7: four-eyes force replay ------------------------------------------------------------
-
-
-def test_four_eyes_force_replay_needs_a_second_admin(live_db, downstream, new_page, console_server):
-    from core.services import tenant_settings_update
-    from runs.models import ForceReplayRequest, Run
-
-    world = make_world(downstream)
-    second = add_operator(world, "admin2", Role.ADMIN)
-    run = make_failed_run_with_tools(world)
-    first = sign_in(new_page(), console_server, world.admin, path="/replays/")
-    first.get_by_label(re.compile("Four eyes: a force replay waits")).check()
-    first.get_by_role("button", name="Save").click()
-    expect(first.get_by_role("status").first).to_contain_text("Four-eyes force replay is on")
-    world.tenant.refresh_from_db()
-    assert world.tenant.four_eyes_force_replay
-
-    first.goto(console_server(f"/runs/{run.pk}/"))
-    first.get_by_label(re.compile("^Reason")).fill("Keys guard every ticket update.")
-    first.get_by_label(re.compile("Type the run id")).fill(str(run.pk)[:8])
-    first.get_by_role("button", name="Force replay").click()
-    expect(first.get_by_role("status").first).to_contain_text("waits until a different admin")
-    waiting = first.locator("#force-waiting")
-    expect(waiting).to_contain_text(f"Asked by operator:{world.admin.username}")
-    expect(first.get_by_role("button", name="Confirm the force replay")).to_have_count(0)
-    assert not Run.objects.filter(replay_of=run).exists()
-
-    other = sign_in(new_page(), console_server, second, path=f"/runs/{run.pk}/")
-    expect(other.locator("#force-waiting")).to_contain_text("Keys guard every ticket update.")
-    other.get_by_role("button", name="Confirm the force replay").click()
-    expect(other.get_by_role("status").first).to_contain_text("Confirmed. Forced replay created")
-    new_run = Run.objects.get(replay_of=run)
-    expect(other.locator("#run-status")).to_have_text("pending")
-    request = ForceReplayRequest.objects.get(run=run)
-    assert request.state == "confirmed" and request.new_run_id == new_run.pk
-    assert request.decided_by == {"kind": "operator", "name": second.username}
-    tenant_settings_update(
-        world.tenant, actor=operator_actor(world.admin), four_eyes_force_replay=False
-    )
 
 
 def test_after_a_resolve_next_item_and_the_keyboard_shortcuts(

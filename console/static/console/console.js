@@ -3,8 +3,8 @@
 // Never lose typing:
 // - A form with `data-draft="KEY"` keeps its typed text in sessionStorage (this tab only), and
 //   gets it back when the page is shown again (a reload, a navigation after "take over").
-// - A live region marked `data-guard` is not replaced while a form inside it has been touched;
-//   a notice says what changed, and the operator chooses (take over / show / discard).
+// - A live region marked `data-guard` (decision controls) is replaced in place as soon as what
+//   it decides on changes; typed text moves into the new form, or stays in view in a notice.
 // - A live list marked `data-keep-rows` keeps updating; only the rows being typed in (or
 //   holding the focus) are left as they are.
 (function () {
@@ -138,42 +138,30 @@
   document.addEventListener("htmx:afterSettle", syncRead);
 
   // --- guarded regions: a touched form is never replaced --------------------------------
-  var stashed = {};  // region id → the element the server sent, not swapped in yet
-
-  function button(label, className, onClick) {
-    var b = document.createElement("button");
-    b.type = "button";
-    b.className = "btn btn-small " + className;
-    b.textContent = label;
-    b.addEventListener("click", onClick);
-    return b;
-  }
-
-  function swapIn(id, keepText) {
+  // The controls are replaced in place as soon as the object settles or a colleague acts:
+  // never a live button that answers for a state that is gone. What the person typed moves
+  // into the new form when a field of the same name is there, else it stays in view in the
+  // notice, to copy.
+  function swapIn(id, next) {
     var current = document.getElementById(id);
-    var next = stashed[id];
-    delete stashed[id];
-    if (!current || !next) return;
+    if (!current || !next) return [];
     var typed = {};
-    if (keepText) {
-      var fields = textFields(current);
-      for (var i = 0; i < fields.length; i++) if (fields[i].name) typed[fields[i].name] = fields[i].value;
-    } else {
-      clearDrafts(current);
-    }
+    var fields = textFields(current);
+    for (var i = 0; i < fields.length; i++) if (fields[i].name && fields[i].value) typed[fields[i].name] = fields[i].value;
     current.replaceWith(next);
     htmx.process(next);
     var landed = null;
+    var left = [];
     Object.keys(typed).forEach(function (name) {
       var field = next.querySelector('[name="' + name + '"]:not([type=hidden])');
-      if (field && typed[name]) { field.value = typed[name]; landed = landed || field; }
+      if (field) { field.value = typed[name]; landed = landed || field; }
+      else left.push(typed[name]);
     });
-    var notice = document.getElementById("controls-notice");
-    if (notice) notice.textContent = "";
     if (landed) landed.focus();
+    return left;
   }
 
-  function showNotice(id, next) {
+  function announce(next, left) {
     var notice = document.getElementById("controls-notice");
     if (!notice) return;
     var when = next.getAttribute("data-guard-at");
@@ -184,22 +172,17 @@
     var strong = document.createElement("strong");
     strong.textContent = next.getAttribute("data-guard") + (when ? " " + ageText(when) : "") + ".";
     p.appendChild(strong);
-    p.appendChild(document.createTextNode(" Your text below is kept as you left it."));
+    p.appendChild(document.createTextNode(left.length
+      ? " The controls below are as they are now. Your text was not sent; it is here to copy:"
+      : " The controls below are as they are now; your text is kept in them."));
     box.appendChild(p);
-    var btns = document.createElement("div");
-    btns.className = "btns";
-    var takeOver = next.querySelector("input[data-take-over]");
-    if (takeOver) {
-      // The server's own take-over form: the claim moves, the page reloads, the draft returns.
-      var form = takeOver.form.cloneNode(true);
-      form.classList.add("inline-form");
-      btns.appendChild(form);
-    }
-    btns.appendChild(button("Show the new options, keep my text", "", function () { swapIn(id, true); }));
-    btns.appendChild(button("Discard my text", "btn-quiet", function () { swapIn(id, false); }));
-    box.appendChild(btns);
+    left.forEach(function (text) {
+      var q = document.createElement("blockquote");
+      q.className = "wrap";
+      q.textContent = text;
+      box.appendChild(q);
+    });
     notice.appendChild(box);
-    htmx.process(notice);
   }
 
   document.addEventListener("htmx:oobBeforeSwap", function (event) {
@@ -209,8 +192,7 @@
       var next = event.detail.fragment.firstElementChild;
       if (!next) return;
       event.detail.shouldSwap = false;
-      stashed[target.id] = next;
-      showNotice(target.id, next);
+      announce(next, swapIn(target.id, next));
       return;
     }
     if (target.hasAttribute("data-keep-rows")) keepBusyRows(target, event.detail.fragment);
@@ -223,33 +205,42 @@
     var focused = document.activeElement;
     var selection = focused && "selectionStart" in focused ? [focused.selectionStart, focused.selectionEnd] : null;
     var kept = [];
+    var gone = [];
     for (var i = 0; i < rows.length; i++) {
       var row = rows[i];
       if (!busy(row)) continue;
       var twin = fragment.querySelector("#" + CSS.escape(row.id));
       if (!twin) {
-        // Decided elsewhere or expired while being typed in: keep it, say so.
-        var body = fragment.querySelector("[data-rows]");
-        if (!body) continue;
-        twin = row.cloneNode(false);
-        body.appendChild(twin);
-        var empty = body.querySelector(".empty");
-        if (empty) empty.remove();
-        row.setAttribute("data-gone", "");
+        // Decided elsewhere or expired while being typed in: the row leaves the list (its
+        // buttons would answer for a request that is gone); what was typed stays in view.
+        var texts = [];
+        var fields = textFields(row);
+        for (var j = 0; j < fields.length; j++) if (fields[j].value) texts.push(fields[j].value);
+        gone.push({ label: row.getAttribute("data-label") || "A request", texts: texts });
+        continue;
       }
       twin.setAttribute("hx-preserve", "true");
       kept.push(row);
     }
-    if (!kept.length) return;
+    if (!kept.length && !gone.length) return;
     setTimeout(function () {
-      kept.forEach(function (row) {
-        if (row.hasAttribute("data-gone") && !row.querySelector(".gone-note")) {
-          var note = document.createElement("p");
-          note.className = "gone-note error";
-          note.setAttribute("role", "status");
-          note.textContent = "No longer pending: decided by someone else or expired. Your text is kept.";
-          (row.querySelector("td:last-child") || row).appendChild(note);
-        }
+      var region = document.getElementById(target.id);
+      gone.forEach(function (g) {
+        var note = document.createElement("div");
+        note.className = "notice notice-warn gone-note";
+        note.setAttribute("role", "status");
+        var p = document.createElement("p");
+        p.textContent = g.label + " is no longer pending: decided by someone else, or expired. It left the list." +
+          (g.texts.length ? " Your text, not sent:" : "");
+        note.appendChild(p);
+        g.texts.forEach(function (text) {
+          var q = document.createElement("blockquote");
+          q.className = "wrap";
+          q.textContent = text;
+          note.appendChild(q);
+        });
+        var heading = region && region.querySelector("h2");
+        if (heading) heading.after(note);
       });
       if (focused && kept.some(function (r) { return r.contains(focused); }) && document.activeElement !== focused) {
         focused.focus();
@@ -258,10 +249,16 @@
     }, 0);
   }
 
+
   // --- bulk: ticks survive the live refresh ---------------------------------------------------
   // The rows' checkboxes belong to the bulk form (form="bulk-form"), but live inside the
-  // refreshed region: what is ticked is remembered here and put back after each swap.
+  // refreshed region: what is ticked is remembered here (and in this tab's sessionStorage,
+  // so a preview and a "back" keep it) and put back after each swap. An item that left the
+  // queue has no box any more, so its tick is dropped with it.
+  var PICKS = "takeover-picks";
   var picked = {};
+  try { picked = JSON.parse(sessionStorage.getItem(PICKS) || "{}") || {}; } catch (e) { picked = {}; }
+  function savePicks() { try { sessionStorage.setItem(PICKS, JSON.stringify(picked)); } catch (e) { /* private mode */ } }
   function pickBoxes() { return document.querySelectorAll('input[type=checkbox][form="bulk-form"]'); }
   function syncPicks() {
     var boxes = pickBoxes();
@@ -277,9 +274,13 @@
     var box = event.target;
     if (box.type !== "checkbox" || box.getAttribute("form") !== "bulk-form") return;
     if (box.checked) picked[box.value] = true; else delete picked[box.value];
+    savePicks();
     syncPicks();
   });
   document.addEventListener("htmx:afterSettle", syncPicks);
+  document.addEventListener("DOMContentLoaded", function () {
+    if (pickBoxes().length) syncPicks();
+  });
 
   // --- keyboard shortcuts: j/k move, o opens, r re-checks, ? lists them -------------------
   function typingIn(target) {
