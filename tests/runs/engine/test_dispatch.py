@@ -62,6 +62,7 @@ def test_a_worker_starved_until_its_lease_runs_out_sends_nothing(world):
     leaves the action to the sweeper, as if it had been lost."""
     from datetime import timedelta
 
+    from django.db import transaction
     from django.utils import timezone
 
     from runs.engine.dispatch import dispatch_leased
@@ -71,12 +72,15 @@ def test_a_worker_starved_until_its_lease_runs_out_sends_nothing(world):
     world.tool("update_ticket")
     run = world.start_run()
     t, k = target(), key()
-    response = world.propose(
-        run["id"], k, tool="update_ticket", target=t, desired_state={"status": "open"}
-    )
-    action, attempt = action_lease(response.json()["id"])
-    action.lease_expires_at = timezone.now() + timedelta(seconds=0.5)
-    Action.objects.filter(pk=action.pk).update(lease_expires_at=action.lease_expires_at)
+    # Proposed and leased here in one transaction: the workers, which listen for new work,
+    # never see it queued (their notification is delivered at commit).
+    with transaction.atomic():
+        response = world.propose(
+            run["id"], k, tool="update_ticket", target=t, desired_state={"status": "open"}
+        )
+        action, attempt = action_lease(response.json()["id"])
+        action.lease_expires_at = timezone.now() + timedelta(seconds=0.5)
+        Action.objects.filter(pk=action.pk).update(lease_expires_at=action.lease_expires_at)
 
     dispatch_leased(action, attempt)
     assert Action.objects.get(pk=action.pk).state == "dispatching"
