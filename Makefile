@@ -41,13 +41,17 @@ $(CHROMIUM):
 		exit 1; \
 	fi
 
+# The suite mostly waits (on workers, servers, a browser): two processes, each with its own
+# test database and broker. Tests that restart the shared PostgreSQL run alone, after.
+TEST_PROCESSES ?= 2
 test: $(STAMP) $(CHROMIUM)
 	$(BIN)/python manage.py makemigrations --check --dry-run
 	$(BIN)/python manage.py spectacular --validate --fail-on-warn --file var/openapi.yaml
 	$(BIN)/python client/generate.py --check var/openapi.yaml
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(TEST_PROCESSES) -m "not serial" $(PYTEST_ARGS)
+	$(BIN)/pytest -m serial $(PYTEST_ARGS)
 
-# takeover_client's typed layer (models.py, api.py) from the API schema; `make test` checks it.
+# takeover_client's typed layer (models/, api/) from the API schema; `make test` checks it.
 client-api: $(STAMP)
 	$(BIN)/python manage.py spectacular --file var/openapi.yaml
 	$(BIN)/python client/generate.py var/openapi.yaml

@@ -2,7 +2,10 @@
 
 from rest_framework import serializers
 
-from core.api.fields import (
+from core.models import Role, ToolEffect
+from runs.states import RunStatus, Trigger
+
+from .fields import (
     JSONObjectField,
     StrictBooleanField,
     StrictCharField,
@@ -11,8 +14,6 @@ from core.api.fields import (
     StrictUUIDField,
     StringListField,
 )
-from core.models import Role, ToolEffect
-from runs.states import RunStatus, Trigger
 
 MAX_TTL_SECONDS = 30 * 24 * 3600
 
@@ -62,6 +63,13 @@ class ResolveIn(serializers.Serializer):
         default=None,
         help_text="The id of the reconciliation read the decision was made on; refused (409) "
         "unless it is the latest read. Without it, the latest read must be fresh.",
+    )
+    take_over = StrictBooleanField(
+        required=False,
+        default=False,
+        help_text="Resolve an action another operator has claimed (in the console), taking it "
+        "over from them. Without it, such an action is refused (409 state-conflict, naming "
+        "who holds it).",
     )
 
 

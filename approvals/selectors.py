@@ -13,11 +13,16 @@ def approvals_of(viewer):
     return APPROVALS.filter(tenant_id__in=viewer.tenant_ids)
 
 
-def approval_for(viewer, pk) -> Approval:
-    found = approvals_of(viewer).filter(pk=pk).first()
+def _one(rows, pk, what: str):
+    """The row with this id among those the viewer may see; a 404 otherwise."""
+    found = rows.filter(pk=pk).first()
     if found is None:
-        raise Http404("No such approval.")
+        raise Http404(f"No such {what}.")
     return found
+
+
+def approval_for(viewer, pk) -> Approval:
+    return _one(approvals_of(viewer), pk, "approval")
 
 
 def approval_requests_of(viewer):
@@ -25,7 +30,4 @@ def approval_requests_of(viewer):
 
 
 def approval_request_for(viewer, pk) -> ApprovalRequest:
-    found = approval_requests_of(viewer).filter(pk=pk).first()
-    if found is None:
-        raise Http404("No such approval request.")
-    return found
+    return _one(approval_requests_of(viewer), pk, "approval request")

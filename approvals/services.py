@@ -167,13 +167,20 @@ def approval_request_open(
     return request
 
 
+def approval_request_undecidable(request: ApprovalRequest, now=None) -> str | None:
+    """Why nobody may decide this request any more (already decided, or expired), or None."""
+    if request.state != RequestState.PENDING:
+        return f"This approval request is already {request.state}."
+    if request.expires_at <= (now or timezone.now()):
+        return "This approval request has expired."
+    return None
+
+
 def approval_request_lock_pending(request_id) -> ApprovalRequest:
     """Lock a pending request for a decision; refuse one already decided or expired."""
     request = ApprovalRequest.objects.select_for_update(no_key=True).get(pk=request_id)
-    if request.state != RequestState.PENDING:
-        raise StateConflict(f"This approval request is already {request.state}.")
-    if request.expires_at <= timezone.now():
-        raise StateConflict("This approval request has expired.")
+    if words := approval_request_undecidable(request):
+        raise StateConflict(words)
     return request
 
 

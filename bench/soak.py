@@ -232,7 +232,7 @@ def invariants(tenant, downstream_stats: dict) -> dict:
     # Every action of a soak has a target of its own: more than one mutation is a duplicate.
     duplicates = sum(1 for key, target in keys.items() if mutations.get(target, 0) > 1)
     over_received = sum(1 for key in keys if received.get(key, 0) > 1)
-    # A resend that the tool's declaration allowed (issue 13) is not a re-dispatch: it says
+    # A resend that the tool's declaration allowed is not a re-dispatch: it says
     # so on the attempt, with the declaration. Anything else after an unknown attempt is.
     after_unknown = (
         Attempt.objects.filter(action__tenant=tenant, outcome="unknown")
@@ -253,7 +253,7 @@ def invariants(tenant, downstream_stats: dict) -> dict:
     )
     resends = Attempt.objects.filter(action__tenant=tenant, kind="resend").count()
     stuck = sum(1 for state in actions.values() if state in IN_PROGRESS)
-    # The figure issue 13 is about: of the actions whose outcome was ever unknown, how many
+    # The figure the declarations are about: of the actions whose outcome was ever unknown, how many
     # needed a person (still needs_human: the soak has no operators).
     unknowns = set(first_unknown)
     needed_person = sum(1 for pk in unknowns if actions.get(pk) == "needs_human")

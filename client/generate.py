@@ -1,18 +1,22 @@
 """Generate takeover_client's typed layer from Takeover's OpenAPI schema, or check it.
 
     python manage.py spectacular --file var/openapi.yaml
-    python client/generate.py var/openapi.yaml            # writes models.py and api.py
+    python client/generate.py var/openapi.yaml            # writes models/ and api/
     python client/generate.py --check var/openapi.yaml    # exit 1 and a diff if they differ
 
 `make test` runs the check, so a schema change (a renamed field, a new operation) that the
 client does not follow fails the build; `make client-api` regenerates. Output:
 
-- `src/takeover_client/models.py`: one frozen dataclass per object component of the schema
-  (request bodies and problems aside), named as in the schema; one `Literal` per enum.
-- `src/takeover_client/api.py`: `Api` and `AsyncApi`, one method per operation, named by its
-  operationId (a trailing `_create` dropped on a POST to an action, `tokens_revoke_create`
-  is `tokens_revoke`), path parameters positional, query, header and body fields keyword-only
-  (optional ones default to UNSET: not sent), returning the documented model.
+- `src/takeover_client/models/`: one frozen dataclass per object component of the schema
+  (request bodies and problems aside), named as in the schema; one `Literal` per enum. A
+  component answered by one part of the API (`GROUPS`) lives in that part's module, the
+  rest in `common.py`; `takeover_client.models` has them all.
+- `src/takeover_client/api/`: one method per operation, named by its operationId (a
+  trailing `_create` dropped on a POST to an action, `tokens_revoke_create` is
+  `tokens_revoke`), path parameters positional, query, header and body fields keyword-only
+  (optional ones default to UNSET: not sent), returning the documented model; one module
+  of operations per part of the API, which `Api` (synchronous) and `AsyncApi` (each method
+  returns an awaitable of the same model) both inherit.
 
 A development tool, not part of the installed package.
 """
@@ -39,6 +43,24 @@ HEADER = (
     "\n"
 )
 SKIPPED_HEADERS = {"X-Takeover-Tenant"}  # the client's own option, on every request
+# The parts of the API, by the schema's tags: one module of operations each. Models: what
+# an operation answers with in `models/resources.py`, the rest (enums, nested objects) in
+# `models/common.py`.
+GROUPS = {
+    "runs": [
+        "runs",
+        "replays",
+        "force-replay-requests",
+        "settings",
+        "me",
+        "actions",
+        "queue",
+        "bulk",
+        "idempotency-conflicts",
+    ],
+    "admin": ["approvals", "approval-requests", "ledger", "tools", "tokens", "principals", "audit"],
+}
+GROUP_OF = {tag: group for group, tags in GROUPS.items() for tag in tags}
 
 
 def ref_name(ref: str) -> str:
@@ -118,30 +140,51 @@ def docstring(text: str, indent: str) -> str:
     return indent + '"""' + ("\n" + indent).join(lines) + '"""\n'
 
 
-def render_models(document: dict[str, Any]) -> str:
+def operations_of(document: dict[str, Any]) -> list[tuple[str, str, str, dict[str, Any]]]:
+    """(group, path, method, operation) for every operation of API v1."""
+    return [
+        (GROUP_OF[op.get("tags", ["?"])[0]], path, method, op)
+        for path, item in document["paths"].items()
+        if path.startswith(PREFIX + "/")
+        for method, op in item.items()
+        if method in {"get", "post", "put", "patch", "delete"}
+    ]
+
+
+def model_groups(document: dict[str, Any]) -> dict[str, str]:
+    """Each emitted component's module: `resources` for what an operation answers with,
+    `common` (the default) for enums and nested components."""
+    placed = {}
+    for _, _, _, op in operations_of(document):
+        for status, response in op["responses"].items():
+            schema = response.get("content", {}).get("application/json", {}).get("schema")
+            if status.startswith("2") and schema and "$ref" in schema:
+                placed[ref_name(schema["$ref"])] = "resources"
+    return placed
+
+
+def render_models(document: dict[str, Any]) -> dict[str, str]:
     components = document["components"]["schemas"]
     types = Types(components)
-    out = [
-        HEADER.format(what="The API's resources, typed: one dataclass per schema component."),
-        "from __future__ import annotations\n",
-        "from dataclasses import dataclass",
-        "from datetime import datetime",
-        "from typing import Any, Literal\n",
-        "from ._model import Model\n",
-    ]
+    placed = model_groups(document)
+    bodies: dict[str, list[str]] = {"common": [], "resources": []}
+    names: dict[str, list[str]] = {group: [] for group in bodies}
     for name in sorted(components):
         schema = components[name]
         if name == "NullEnum" or is_problem(name) or is_request_body(name):
             continue
         if "enum" in schema:
             values = ", ".join(repr(v) for v in schema["enum"] if v is not None)
-            out.append(f"{name} = Literal[{values}]\n")
+            bodies["common"].append(f"{name} = Literal[{values}]\n")
+            names["common"].append(name)
     for name in sorted(components):
         schema = components[name]
         if "enum" in schema or is_problem(name) or is_request_body(name):
             continue
         if schema.get("type") != "object":
             continue
+        out = bodies[placed.get(name, "common")]
+        names[placed.get(name, "common")].append(name)
         out.append("\n@dataclass(frozen=True, kw_only=True)")
         out.append(f"class {name}(Model):")
         out.append(docstring(schema.get("description") or f"The `{name}` schema.", "    "))
@@ -155,7 +198,39 @@ def render_models(document: dict[str, Any]) -> str:
             if prop.get("description"):
                 out.append(docstring(prop["description"], "    ").rstrip("\n"))
         out.append("")
-    return "\n".join(out)
+    home = {name: group for group, listed in names.items() for name in listed}
+    files = {}
+    for group, body in bodies.items():
+        text = "\n".join(body)
+        used = sorted({n for n in re.findall(r"\b[A-Z]\w*\b", text) if home.get(n, group) != group})
+        where = "(enums, nested objects)" if group == "common" else "(what operations answer)"
+        imports = {}
+        for name in used:
+            imports.setdefault(home[name], []).append(name)
+        lines = [
+            HEADER.format(what=f"The API's resources {where}, typed: one dataclass each."),
+            "from __future__ import annotations\n",
+            "from dataclasses import dataclass",
+            "from datetime import datetime",
+            "from typing import TYPE_CHECKING, Any, Literal\n",
+            "from .._model import Model\n",
+        ]
+        if imports:
+            lines.append("if TYPE_CHECKING:  # annotations only: `Model` resolves them by name")
+            for module, listed in sorted(imports.items()):
+                lines.append(f"    from .{module} import {', '.join(listed)}")
+            lines.append("")
+        files[f"models/{group}.py"] = "\n".join([*lines, text])
+    exports = [n for listed in names.values() for n in listed]
+    init = [
+        HEADER.format(what="The API's resources, typed: one dataclass per schema component."),
+        *(f"from .{group} import {', '.join(listed)}" for group, listed in names.items() if listed),
+        "",
+        f"__all__ = {sorted(exports)!r}",
+        "",
+    ]
+    files["models/__init__.py"] = "\n".join(init)
+    return files
 
 
 def method_name(operation_id: str, method: str, path: str) -> str:
@@ -212,7 +287,7 @@ class Operation:
             schema = response.get("content", {}).get("application/json", {}).get("schema")
             self.returns[int(status)] = ref_name(schema["$ref"]) if schema else None
 
-    def signature(self, asynchronous: bool) -> str:
+    def signature(self) -> str:
         params = ["self", *(f"{py}: str" for py, _ in self.path_params)]
         keywords = sorted(self.keywords, key=lambda k: not k[2])  # required first
         if keywords:
@@ -221,10 +296,9 @@ class Operation:
             params.append(f"{py}: {annotation}" if required else f"{py}: {annotation} = UNSET")
         results = [f"models.{r}" if r else "None" for r in dict.fromkeys(self.returns.values())]
         returns = " | ".join(results)
-        prefix = "async def" if asynchronous else "def"
-        return f"    {prefix} {self.name}({', '.join(params)}) -> {returns}:"
+        return f"    def {self.name}({', '.join(params)}) -> {returns}:"
 
-    def body(self, asynchronous: bool) -> list[str]:
+    def body(self) -> list[str]:
         def group(where: str) -> str:
             items = [f"{wire!r}: {py}" for py, _, _, w, wire in self.keywords if w == where]
             return "{" + ", ".join(items) + "}"
@@ -233,7 +307,7 @@ class Operation:
         returns = ", ".join(
             f"{status}: {'models.' + r if r else 'None'}" for status, r in self.returns.items()
         )
-        call = "await self._call" if asynchronous else "self._call"
+        call = "self._call"
         what = f"{self.method} {PREFIX}{self.path}" + (f": {self.doc}" if self.doc else "")
         lines = [docstring(what, "        ").rstrip()]
         lines.append(f"        return {call}(")
@@ -251,39 +325,50 @@ class Operation:
         return lines
 
 
-def render_api(document: dict[str, Any]) -> str:
+def render_api(document: dict[str, Any]) -> dict[str, str]:
     types = Types(document["components"]["schemas"])
-    operations = [
-        Operation(types, path, method, op)
-        for path, item in document["paths"].items()
-        if path.startswith(PREFIX + "/")
-        for method, op in item.items()
-        if method in {"get", "post", "put", "patch", "delete"}
-    ]
-    operations.sort(key=lambda o: o.name)
-    out = [
-        HEADER.format(
-            what="Every operation of Takeover's HTTP API v1, typed: `client.api.<operation>`."
-        ),
-        "from __future__ import annotations\n",
-        "from typing import Any, Literal\n",
-        "from . import models",
-        "from ._api import AsyncBase, SyncBase",
-        "from ._model import UNSET\n",
-        f"OPERATIONS = {sorted(o.name for o in operations)!r}\n",
-    ]
-    for asynchronous in (False, True):
-        cls = "AsyncApi(AsyncBase)" if asynchronous else "Api(SyncBase)"
-        what = "with `await`" if asynchronous else "synchronous"
-        out.append(f"\nclass {cls}:")
-        out.append(
-            f'    """Every operation of the schema, {what}; results are `models` dataclasses."""\n'
-        )
+    grouped: dict[str, list[Operation]] = {group: [] for group in GROUPS}
+    for group, path, method, op in operations_of(document):
+        grouped[group].append(Operation(types, path, method, op))
+    files = {}
+    for group, operations in grouped.items():
+        operations.sort(key=lambda o: o.name)
+        out = [
+            HEADER.format(what=f"The operations of Takeover's HTTP API v1 on {group}, typed."),
+            "from __future__ import annotations\n",
+            "from typing import Any, Literal\n",
+            "from .. import models",
+            "from .._model import UNSET\n",
+            f"\nclass {group.capitalize()}Operations:",
+            f'    """`client.api.<operation>` for {group}: `Api` and `AsyncApi` inherit'
+            ' these."""\n',
+        ]
         for op in operations:
-            out.append(op.signature(asynchronous))
-            out.extend(op.body(asynchronous))
+            out.append(op.signature())
+            out.extend(op.body())
             out.append("")
-    return "\n".join(out)
+        files[f"api/{group}.py"] = "\n".join(out)
+    every = sorted(o.name for operations in grouped.values() for o in operations)
+    mixins = ", ".join(f"{group.capitalize()}Operations" for group in GROUPS)
+    files["api/__init__.py"] = "\n".join(
+        [
+            HEADER.format(
+                what="Every operation of Takeover's HTTP API v1, typed: `client.api.<operation>`."
+            ),
+            "from .._api import AsyncBase, SyncBase",
+            *(f"from .{group} import {group.capitalize()}Operations" for group in GROUPS),
+            "",
+            f"OPERATIONS = {every!r}\n",
+            f"\nclass Api({mixins}, SyncBase):",
+            '    """Every operation of the schema, synchronous; results are `models`'
+            ' dataclasses."""',
+            f"\n\nclass AsyncApi({mixins}, AsyncBase):",
+            '    """Every operation of the schema, each returning an awaitable of the same'
+            ' `models`\n    dataclass (`await client.api.<operation>(...)`)."""',
+            "",
+        ]
+    )
+    return files
 
 
 def formatted(source: str, name: str) -> str:
@@ -306,18 +391,28 @@ def formatted(source: str, name: str) -> str:
     return fixed.stdout or done.stdout
 
 
+# What this script once wrote, and writes no more: removed on writing, a difference on check.
+FORMER = [PACKAGE / "models.py", PACKAGE / "api.py"]
+
+
 def render(document: dict[str, Any]) -> dict[Path, str]:
-    return {
-        PACKAGE / "models.py": formatted(render_models(document), "models.py"),
-        PACKAGE / "api.py": formatted(render_api(document), "api.py"),
-    }
+    files = {**render_models(document), **render_api(document)}
+    return {PACKAGE / name: formatted(text, Path(name).name) for name, text in files.items()}
 
 
 def differences(document: dict[str, Any]) -> str:
     """A unified diff between the committed client and what the schema generates ("" when
     they agree)."""
     diff = []
-    for path, text in render(document).items():
+    expected = render(document)
+    for directory in {path.parent for path in expected}:
+        for stray in sorted(directory.glob("*.py")):
+            if stray not in expected:
+                expected[stray] = ""
+    for path in FORMER:
+        if path.exists():
+            expected[path] = ""
+    for path, text in sorted(expected.items()):
         current = path.read_text() if path.exists() else ""
         diff += difflib.unified_diff(
             current.splitlines(keepends=True),
@@ -346,7 +441,12 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print("takeover_client.models and .api match the schema")
         return 0
+    for path in FORMER:
+        if path.exists():
+            path.unlink()
+            print(f"removed {path.relative_to(HERE.parent)}")
     for path, text in render(document).items():
+        path.parent.mkdir(exist_ok=True)
         path.write_text(text)
         print(f"wrote {path.relative_to(HERE.parent)}")
     return 0

@@ -7,7 +7,12 @@ class ConsoleConfig(AppConfig):
     verbose_name = "The operator console"
 
     def ready(self):
+        from notifications import links
+
+        from .links import subject_path
+
         checks.register(check_sso)
+        links.register(subject_path)  # the notifications' links are the console's pages
 
 
 def check_sso(app_configs=None, **kwargs):

@@ -1,4 +1,4 @@
-"""Bulk decisions in the console (issue 12, part 7): select queue items (or runs), preview
+"""Bulk decisions in the console: select queue items (or runs), preview
 exactly what each will do, then confirm. The plan and the confirm are `runs.bulk`'s; these
 views only collect the selection and show the answer.
 

@@ -1,5 +1,5 @@
 """The console's notification pages (admin): the tenant's channels and thresholds, and the
-delivery log. Self-contained (views, forms, templates) and calling `core.notifications`'
+delivery log. Self-contained (views, forms, templates) and calling the `notifications` app's
 services, which audit every change.
 
 A new signing secret is shown once, in the answer to the POST that made it (a 200, not a
@@ -15,22 +15,31 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from core import notifications as n
 from core.errors import DomainError, ValidationFailed
-from core.models import (
+from core.models import Role
+from core.services import tenant_settings_update
+from notifications.delivery import SIGNATURE_TOLERANCE_SECONDS
+from notifications.kinds import KINDS
+from notifications.models import (
     ChannelKind,
     DeliveryState,
     NotificationChannel,
     NotificationDelivery,
-    Role,
 )
-from core.services import tenant_settings_update
+from notifications.services import (
+    channel_create,
+    channel_rotate_secret,
+    channel_update,
+    delivery_retry,
+    email_recipients,
+    notification_test,
+)
 from runs.wakeup import wake_workers
 
-from . import selectors as sel
+from . import selectors
 from .views import _query, operator_required
 
-KIND_CHOICES = [(k.name, k.label) for k in n.KINDS.values()]
+KIND_CHOICES = [(k.name, k.label) for k in KINDS.values()]
 MAX_MINUTES = 30 * 24 * 60
 
 
@@ -73,11 +82,11 @@ def _page(request, *, form=None, new_secret=None, status=200):
         counts.setdefault(row["channel_id"], {})[row["state"]] = row["n"]
     for channel in channels:
         channel.counts = counts.get(channel.pk, {})
-        channel.event_labels = [n.KINDS[e].label for e in channel.events if e in n.KINDS]
+        channel.event_labels = [KINDS[e].label for e in channel.events if e in KINDS]
         if channel.kind == ChannelKind.EMAIL:
             # Who it reaches today: members whose role and preferences ask for one of its kinds.
             channel.recipients = sorted(
-                {a for kind in channel.events for a in n.email_recipients(tenant, kind)}
+                {a for kind in channel.events for a in email_recipients(tenant, kind)}
             )
     return render(
         request,
@@ -86,13 +95,13 @@ def _page(request, *, form=None, new_secret=None, status=200):
             "section": "notifications",
             "channels": channels,
             "form": form or ChannelForm(initial={"kind": ChannelKind.WEBHOOK}),
-            "kinds": list(n.KINDS.values()),
+            "kinds": list(KINDS.values()),
             "channel_kinds": ChannelKind.choices,
             "new_secret": new_secret,
             "unknown_minutes": _minutes(tenant.unknown_alert_seconds),
             "expiry_minutes": _minutes(tenant.approval_expiry_warning_seconds),
             "sla_minutes": _minutes(tenant.approval_sla_seconds),
-            "tolerance": n.SIGNATURE_TOLERANCE_SECONDS,
+            "tolerance": SIGNATURE_TOLERANCE_SECONDS,
         },
         status=status,
     )
@@ -112,7 +121,7 @@ def channel_create_view(request):
         return _page(request, form=form, status=422)
     data = form.cleaned_data
     try:
-        channel, secret = n.channel_create(
+        channel, secret = channel_create(
             tenant=scope.tenant,
             name=data["name"],
             kind=data["kind"],
@@ -152,12 +161,12 @@ def channel_update_view(request, pk):
     change = request.POST.get("change", "")
     try:
         if change == "events":
-            n.channel_update(
+            channel_update(
                 channel, actor=request.scope.actor, events=request.POST.getlist("events")
             )
             messages.success(request, f"{channel.name}: notifications saved.")
         elif change in {"enable", "disable"}:
-            n.channel_update(channel, actor=request.scope.actor, enabled=change == "enable")
+            channel_update(channel, actor=request.scope.actor, enabled=change == "enable")
             messages.success(
                 request,
                 f"{channel.name} is {'on' if change == 'enable' else 'off'}."
@@ -176,7 +185,7 @@ def channel_update_view(request, pk):
 def channel_rotate_view(request, pk):
     channel = _channel_for(request, pk)
     try:
-        secret = n.channel_rotate_secret(channel, actor=request.scope.actor)
+        secret = channel_rotate_secret(channel, actor=request.scope.actor)
     except DomainError as exc:
         messages.error(request, exc.detail)
         return _see_other(reverse("console:notifications"))
@@ -188,7 +197,7 @@ def channel_rotate_view(request, pk):
 def channel_test_view(request, pk):
     channel = _channel_for(request, pk)
     try:
-        created = n.notification_test(channel, actor=request.scope.actor, email=request.user.email)
+        created = notification_test(channel, actor=request.scope.actor, email=request.user.email)
     except DomainError as exc:
         messages.error(request, f"Not sent: {exc.detail}")
         return _see_other(reverse("console:notifications"))
@@ -249,14 +258,14 @@ def _deliveries(request):
         qs = qs.filter(channel_id=channel)
     else:
         channel = ""
-    rows, next_cursor = sel.keyset(
+    rows, next_cursor = selectors.keyset(
         qs.prefetch_related("attempt_log"),
-        sel.parse_cursor(request.GET.get("after")),
+        selectors.parse_cursor(request.GET.get("after")),
         descending=True,
     )
     for d in rows:
-        d.kind_label = n.KINDS[d.event.kind].label if d.event.kind in n.KINDS else "Test"
-    signature = sel.signature(
+        d.kind_label = KINDS[d.event.kind].label if d.event.kind in KINDS else "Test"
+    signature = selectors.signature(
         [(d.pk, d.state, d.attempts, d.next_attempt_at) for d in rows], next_cursor
     )
     return rows, next_cursor, state, channel, channels, signature
@@ -292,7 +301,7 @@ def delivery_retry_view(request, pk):
     if delivery is None:
         raise Http404("No such delivery.")
     try:
-        n.delivery_retry(delivery, actor=request.scope.actor)
+        delivery_retry(delivery, actor=request.scope.actor)
     except DomainError as exc:
         messages.error(request, f"Not sent again: {exc.detail}")
     else:

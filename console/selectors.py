@@ -17,12 +17,12 @@ from django.utils import timezone
 from approvals.models import Approval, RequestState
 from approvals.selectors import REQUESTS
 from console.templatetags.console_format import age_label, compact_json
+from core import pagination
 from core.access import Viewer
-from core.api import pagination
-from core.api.pagination import decode_cursor
 from core.audit import Verb
 from core.errors import ValidationFailed
 from core.models import AuditEvent, Membership, Role, Tool
+from core.pagination import decode_cursor
 from runs.models import Action, Attempt, Reconciliation, Replay, Run
 from runs.replay import replay_verdict, tools_executed
 from runs.selectors import open_queue

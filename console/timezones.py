@@ -1,4 +1,4 @@
-"""Each operator sees times in the time zone they chose (issue 12): a middleware activates it
+"""Each operator sees times in the time zone they chose: a middleware activates it
 for the request; Django's date filters and form fields then convert on their own.
 
 The choice lives in `core.OperatorPreference` and is copied into the session when the

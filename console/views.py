@@ -32,7 +32,7 @@ from django_htmx.http import HttpResponseClientRedirect, HttpResponseLocation
 
 from approvals.selectors import approval_request_for
 from core.access import console_viewer
-from core.errors import DomainError, StaleRead
+from core.errors import DomainError, StaleRead, refuse
 from core.models import Role
 from core.selectors import audit_events
 from core.services import tenant_settings_update
@@ -272,8 +272,8 @@ def preferences(request):
             request.session[SESSION_KEY] = name
             messages.success(request, f"Times are now shown in {name}.")
         return _go(request, reverse("console:preferences"))
-    from core import notifications
     from core.models import OperatorPreference
+    from notifications.kinds import kinds_for_roles
 
     preference = OperatorPreference.objects.filter(user=request.user).first()
     roles = {r for m in request.scope.memberships for r in m.roles}
@@ -284,7 +284,7 @@ def preferences(request):
             "section": "preferences",
             "zones": zone_choices(),
             "current": timezone.get_current_timezone_name(),
-            "email_kinds": notifications.kinds_for_roles(roles),
+            "email_kinds": kinds_for_roles(roles),
             "email_events": preference.email_events if preference else [],
         },
     )
@@ -292,7 +292,7 @@ def preferences(request):
 
 def _email_preferences(request):
     """The operator's own e-mail notifications: the address, and which kinds."""
-    from core.notifications import operator_set_email_events
+    from notifications.services import operator_set_email_events
 
     try:
         events = operator_set_email_events(
@@ -475,18 +475,18 @@ def _action_context(request, action, **extra) -> dict:
     controls_signature = sel.signature(action.state, action.claimed_by_id)
     change_text, change_at = _controls_change(action, claimed_by_me)
     latest_read = reads[-1] if reads else None
-    read_age = (timezone.now() - latest_read.at).total_seconds() if latest_read else None
+    read_age = decisions.read_age(latest_read)
     # The tool's own answer about the key, while it is the latest word (no attempt since).
     lookup = next((r for r in reversed(reads) if r.kind == "lookup"), None)
     if lookup and attempts and attempts[-1].started_at > lookup.at:
         lookup = None
-    resolvable = action.state in {ActionState.UNKNOWN, ActionState.NEEDS_HUMAN}
+    resolvable = decisions.is_resolvable(action)
     context = {
         "section": "queue",
         "action": action,
         "latest_read": latest_read,
         "read_max_age": int(settings.RESOLVE_READ_MAX_AGE_SECONDS),
-        "read_is_stale": read_age is not None and read_age > settings.RESOLVE_READ_MAX_AGE_SECONDS,
+        "read_is_stale": decisions.read_is_stale(latest_read),
         # Opening the page re-reads in the background when the last read is not fresh.
         "auto_reread": oncall
         and resolvable
@@ -503,8 +503,8 @@ def _action_context(request, action, **extra) -> dict:
         "can_approve": approver,
         "resolvable": resolvable,
         # A blocked action is final: nothing to claim, only to acknowledge.
-        "claimable": action.state in OPEN_FOR_HUMANS and action.state != ActionState.BLOCKED,
-        "acknowledgeable": action.state == ActionState.BLOCKED and not action.acknowledged_at,
+        "claimable": decisions.is_claimable(action),
+        "acknowledgeable": decisions.is_acknowledgeable(action),
         "claimed_by_me": claimed_by_me,
         "claimed_by_other": claimed_by_other,
         "pending_request": pending_request,
@@ -519,9 +519,7 @@ def _action_context(request, action, **extra) -> dict:
         "grant_form": GrantForm(),
         "deny_form": DenyForm(),
         # Said once: a blocked action's reason is in its block_reason line already.
-        "reason_label": sel.queue_reason(action)
-        if action.state in OPEN_FOR_HUMANS and action.state != ActionState.BLOCKED
-        else "",
+        "reason_label": sel.queue_reason(action) if decisions.is_claimable(action) else "",
     }
     if context["terminal"] or action.acknowledged_at:
         # After a decision the page is not a dead end: the next thing this person can work.
@@ -580,9 +578,6 @@ def action_recheck(request, action):
 
 @decision(action_for, Role.ONCALL, back=_action_url, refused="Not claimed")
 def action_claim(request, action):
-    if action.state not in OPEN_FOR_HUMANS:
-        messages.error(request, "Only an action in the queue can be claimed.")
-        return _go(request, _action_url(action))
     take_over = request.POST.get("take_over_from", "")
     # A user id (a 32-bit key): anything else, however many digits, means "no takeover".
     take_over = (
@@ -623,13 +618,23 @@ def _resolve_form_again(request, action, form):
 @decision(action_for, Role.ONCALL, back=_action_url, refused="Not resolved")
 def action_resolve(request, action):
     form = ResolveForm(request.POST)
-    held_by_other = action.claimed_by_id not in (None, request.user.pk)
-    if form.is_valid() and held_by_other and not form.cleaned_data["override_claim"]:
-        form.add_error(
-            "override_claim",
-            f"{action.claimed_by.get_username()} has claimed this action. Tick the box to "
-            "resolve it anyway.",
+    if form.is_valid():
+        data = form.cleaned_data
+        refusal = decisions.check_resolve(
+            action,
+            outcome=data["outcome"],
+            reason=data["reason"],
+            actor=request.actor,
+            latest_read=decisions.latest_read(action),
+            based_on_read=data["based_on_read"],
+            take_over=data["override_claim"],
         )
+        if refusal is not None and refusal.field == "take_over":
+            form.add_error("override_claim", f"{refusal} Tick the box to resolve it anyway.")
+        elif refusal is not None and issubclass(refusal.error, StaleRead):
+            form.add_error(None, str(refusal))
+        else:
+            refuse(refusal)
     if not form.is_valid():
         return _resolve_form_again(request, action, form)
     outcome = form.cleaned_data["outcome"]
@@ -640,6 +645,7 @@ def action_resolve(request, action):
             reason=form.cleaned_data["reason"],
             actor=request.actor,
             based_on_read=form.cleaned_data["based_on_read"],
+            take_over=form.cleaned_data["override_claim"],
         )
     except StaleRead as exc:
         # Asks for a fresh read first; the typed reason stays in the form.
@@ -781,7 +787,8 @@ def _run_context(request, run, **extra) -> dict:
         "detail": detail,
         "verdict": verdict,
         "config_json": pretty_json(run.config),
-        "is_admin": request.scope.has_role(Role.ADMIN, run.tenant_id),
+        # Who may force a replay: the one rule, for this person in the run's tenant.
+        "is_admin": replay.may_force_replay(request.scope.actor_for(run.tenant_id)) is None,
         "force_form": ForceReplayForm(run=run),
         "waiting_force": waiting_force,
         "four_eyes": run.tenant.four_eyes_force_replay,

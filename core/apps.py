@@ -22,7 +22,6 @@ class CoreConfig(AppConfig):
     verbose_name = "Tenants, identities, tools and audit"
 
     def ready(self):
-        from .api import schema  # noqa: F401 -- registers the OpenAPI auth extensions
         from .dbroles import check_app_role, grant_app_role
 
         checks.register(check_egress_allowlist)

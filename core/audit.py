@@ -139,31 +139,9 @@ def new_request_id() -> str:
     return uuid.uuid4().hex
 
 
-def audit(
-    *,
-    actor: Actor,
-    verb: str,
-    obj,
-    tenant=None,
-    before=None,
-    after=None,
-    reason: str = "",
-    object_type: str | None = None,
-    request_id: str | None = None,
-) -> AuditEvent:
-    return AuditEvent.objects.create(
-        **audit_fields(
-            actor=actor,
-            verb=verb,
-            obj=obj,
-            tenant=tenant,
-            before=before,
-            after=after,
-            reason=reason,
-            object_type=object_type,
-            request_id=request_id,
-        )
-    )
+def audit(*, actor: Actor, verb: str, obj, **options) -> AuditEvent:
+    """Write one audit event (in the caller's transaction): `audit_fields`' arguments."""
+    return AuditEvent.objects.create(**audit_fields(actor=actor, verb=verb, obj=obj, **options))
 
 
 def audit_many(events: list[dict]) -> None:

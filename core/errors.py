@@ -77,3 +77,48 @@ def reason_required(reason: str, field: str = "reason") -> str:
     if not reason:
         raise ValidationFailed("A reason is required.", {field: ["Say why."]})
     return reason
+
+
+class Refusal:
+    """What a `check_<verb>` answers when the decision may not be made: the words a person
+    reads (the API's problem detail, the console's message, a bulk item's `why` are these
+    same words), and the error its verb raises with them. A check answers None otherwise."""
+
+    __slots__ = ("error", "extra", "field", "words")
+
+    def __init__(self, words: str, error: type = StateConflict, *, field: str = "", **extra):
+        self.words = words
+        self.error = error
+        self.field = field  # the input it is about (a 400 names it; a form shows it there)
+        self.extra = extra
+
+    def __str__(self) -> str:
+        return self.words
+
+    def __repr__(self) -> str:
+        return f"Refusal({self.words!r}, {self.error.__name__})"
+
+    def exception(self) -> DomainError:
+        if issubclass(self.error, ValidationFailed):
+            return ValidationFailed(self.words, {self.field: [self.extra.get("hint", self.words)]})
+        return self.error(self.words, **self.extra)
+
+
+def refuse(refusal: "Refusal | None") -> None:
+    """The verb's side of a check: raise what the check refused, or carry on."""
+    if refusal is not None:
+        raise refusal.exception()
+
+
+def missing_reason(reason: str, field: str = "reason") -> "Refusal | None":
+    """The reason rule as a check: a decision that needs a person's words."""
+    if not (reason or "").strip():
+        return Refusal("A reason is required.", ValidationFailed, field=field, hint="Say why.")
+    return None
+
+
+def missing_role(actor, role: str) -> "Refusal | None":
+    """The role rule as a check, in the words of `Actor.require`."""
+    if not actor.has_role(role):
+        return Refusal(f"This needs the {role} role.", PermissionDenied)
+    return None

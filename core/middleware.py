@@ -7,9 +7,9 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from . import metrics, otel
-from .api.problems import internal_error, problem_json, unavailable
 from .audit import client_request_id_var, new_request_id
 from .logs import log_context
+from .problems import internal_error, problem_json, unavailable
 
 access_log = logging.getLogger("takeover.access")
 TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
@@ -63,7 +63,7 @@ class RequestIdMiddleware:
         started = time.monotonic()
         client_token = client_request_id_var.set(client_id)
         try:
-            # Authentication adds the tenant and actor to this context (core.api.auth).
+            # Authentication adds the tenant and actor to this context (api/auth.py).
             with log_context(request_id=request_id, tenant="", actor="", run_id="", action_id=""):
                 if bad_query := self._nul_in_query(request):
                     response = bad_query

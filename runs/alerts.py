@@ -1,5 +1,6 @@
 """What the engine tells people: the notifications of runs, actions and approval requests
-(the mechanism, channels and delivery are in `core/notifications.py`).
+(the mechanism, channels and delivery are the `notifications` app). Each names a kind and
+a subject; the console gives the link to the page about it (`notifications.links`).
 
 Two ways in:
 - **Changes** call the `notify_*` functions from inside the service transaction that makes
@@ -17,12 +18,11 @@ Two ways in:
 from datetime import timedelta
 
 from django.db import transaction
-from django.urls import reverse
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest, RequestState
-from core import notifications as n
 from core.models import Tenant
+from notifications.services import already_fired, emit, tenants_listening
 
 from .models import Action
 from .states import ActionState
@@ -30,7 +30,7 @@ from .wakeup import wake_workers
 
 
 def _emit(**kwargs) -> int:
-    created = n.emit(**kwargs)
+    created = emit(**kwargs)
     if created:
         # After commit, never inside: a drainer must find the committed rows.
         transaction.on_commit(wake_workers, robust=True)
@@ -66,7 +66,6 @@ def notify_needs_human(action: Action, *, why: str) -> int:
         subject_type="action",
         subject_id=action.pk,
         summary=f"{action.tool.name} → {action.target} needs a human: {why}.",
-        path=reverse("console:action", args=[action.pk]),
         data={**_action_data(action), "why": why},
     )
 
@@ -99,7 +98,6 @@ def notify_approval_requested(request: ApprovalRequest, action: Action) -> int:
         subject_id=request.pk,
         summary=f"Approval requested: {request.tool.name} → {request.target} "
         f"(principal {request.principal.name}).{said}",
-        path=reverse("console:approvals") + f"#request-{request.pk}",
         data=_request_data(request, action),
     )
 
@@ -118,7 +116,6 @@ def notify_force_replay(run, new_run, *, actor, reason: str, tools_at_risk) -> i
         subject_id=new_run.pk,
         summary=f"{actor.kind}:{actor.name} forced a replay of run {str(run.pk)[:8]} "
         f"(new run {str(new_run.pk)[:8]}). Tools at risk: {at_risk}. Reason: {reason}",
-        path=reverse("console:run", args=[new_run.pk]),
         data={
             "original_run": str(run.pk),
             "new_run": str(new_run.pk),
@@ -140,122 +137,112 @@ def alerts_sweep(*, now=None) -> int:
     return _unknown_overdue(now) + _requests_expiring(now) + _requests_over_sla(now)
 
 
-def _unknown_overdue(now) -> int:
-    kind = "action.unknown_overdue"
+def _fire(kind: str, threshold: str, due, notice) -> int:
+    """For each tenant listening for `kind` whose `threshold` setting is on: `due(tenant)`
+    lists its subjects, `notice(tenant, subject)` says (subject_type, summary, data); each
+    is emitted in its own transaction, once."""
     fired = 0
-    for tenant in Tenant.objects.filter(
-        pk__in=n.tenants_listening(kind), unknown_alert_seconds__gt=0
-    ):
-        limit = timedelta(seconds=tenant.unknown_alert_seconds)
-        # `updated_at` is when the action last changed state: reads that keep failing do
-        # not touch it, so it says since when the action has been unknown.
-        due = (
-            Action.objects.filter(
-                tenant=tenant, state=ActionState.UNKNOWN, updated_at__lte=now - limit
-            )
-            .exclude(pk__in=n.already_fired(kind, tenant.pk))
-            .select_related("tool", "principal", "tenant")
-            .order_by("updated_at")[:SWEEP_LIMIT]
-        )
-        for action in due:
-            since = (now - action.updated_at).total_seconds()
+    tenants = Tenant.objects.filter(pk__in=tenants_listening(kind), **{f"{threshold}__gt": 0})
+    for tenant in tenants:
+        for subject in due(tenant):
+            subject_type, summary, data = notice(tenant, subject)
             with transaction.atomic():
                 fired += bool(
                     _emit(
                         tenant=tenant,
                         kind=kind,
-                        subject_type="action",
-                        subject_id=action.pk,
-                        summary=f"{action.tool.name} → {action.target} has been unknown for "
-                        f"{_minutes(since)} (threshold {_minutes(limit.total_seconds())}): "
-                        "reconciliation has not proven its outcome yet.",
-                        path=reverse("console:action", args=[action.pk]),
-                        data={
-                            **_action_data(action),
-                            "unknown_since": action.updated_at.isoformat(),
-                            "reconcile_failures": action.reconcile_failures,
-                        },
+                        subject_type=subject_type,
+                        subject_id=subject.pk,
+                        summary=summary,
+                        data=data,
                     )
                 )
     return fired
 
 
-def _pending(tenant, kind):
-    return (
-        ApprovalRequest.objects.filter(tenant=tenant, state=RequestState.PENDING)
-        .exclude(pk__in=n.already_fired(kind, tenant.pk))
+def _unknown_overdue(now) -> int:
+    kind = "action.unknown_overdue"
+
+    def due(tenant):
+        limit = timedelta(seconds=tenant.unknown_alert_seconds)
+        # `updated_at` is when the action last changed state: reads that keep failing do
+        # not touch it, so it says since when the action has been unknown.
+        return (
+            Action.objects.filter(
+                tenant=tenant, state=ActionState.UNKNOWN, updated_at__lte=now - limit
+            )
+            .exclude(pk__in=already_fired(kind, tenant.pk))
+            .select_related("tool", "principal", "tenant")
+            .order_by("updated_at")[:SWEEP_LIMIT]
+        )
+
+    def notice(tenant, action):
+        since = (now - action.updated_at).total_seconds()
+        summary = (
+            f"{action.tool.name} → {action.target} has been unknown for {_minutes(since)} "
+            f"(threshold {_minutes(tenant.unknown_alert_seconds)}): reconciliation has not "
+            "proven its outcome yet."
+        )
+        data = {
+            **_action_data(action),
+            "unknown_since": action.updated_at.isoformat(),
+            "reconcile_failures": action.reconcile_failures,
+        }
+        return "action", summary, data
+
+    return _fire(kind, "unknown_alert_seconds", due, notice)
+
+
+def _pending(tenant, kind, **when):
+    """A tenant's pending requests `kind` has not fired for, with their actions loaded."""
+    requests = list(
+        ApprovalRequest.objects.filter(tenant=tenant, state=RequestState.PENDING, **when)
+        .exclude(pk__in=already_fired(kind, tenant.pk))
         .select_related("tool", "principal", "tenant")
+        .order_by("expires_at" if "expires_at__lte" in when else "created_at")[:SWEEP_LIMIT]
     )
-
-
-def _actions_of(requests) -> dict:
-    ids = [r.action_id for r in requests]
-    return {a.pk: a for a in Action.objects.filter(pk__in=ids)}
+    actions = {a.pk: a for a in Action.objects.filter(pk__in=[r.action_id for r in requests])}
+    for request in requests:
+        request.waiting_action = actions.get(request.action_id)
+    return requests
 
 
 def _requests_expiring(now) -> int:
     kind = "approval.expiring"
-    fired = 0
-    for tenant in Tenant.objects.filter(
-        pk__in=n.tenants_listening(kind), approval_expiry_warning_seconds__gt=0
-    ):
+
+    def due(tenant):
         warn = timedelta(seconds=tenant.approval_expiry_warning_seconds)
-        due = list(
-            _pending(tenant, kind)
-            .filter(expires_at__gt=now, expires_at__lte=now + warn)
-            .order_by("expires_at")[:SWEEP_LIMIT]
+        return _pending(tenant, kind, expires_at__gt=now, expires_at__lte=now + warn)
+
+    def notice(tenant, request):
+        left = (request.expires_at - now).total_seconds()
+        summary = (
+            f"Approval request for {request.tool.name} → {request.target} expires in "
+            f"{_minutes(left)}; without a decision its action is blocked (approval_expired)."
         )
-        actions = _actions_of(due)
-        for request in due:
-            left = (request.expires_at - now).total_seconds()
-            with transaction.atomic():
-                fired += bool(
-                    _emit(
-                        tenant=tenant,
-                        kind=kind,
-                        subject_type="approvalrequest",
-                        subject_id=request.pk,
-                        summary=f"Approval request for {request.tool.name} → {request.target} "
-                        f"expires in {_minutes(left)}; without a decision its action is "
-                        "blocked (approval_expired).",
-                        path=reverse("console:approvals") + f"#request-{request.pk}",
-                        data=_request_data(request, actions.get(request.action_id)),
-                    )
-                )
-    return fired
+        return "approvalrequest", summary, _request_data(request, request.waiting_action)
+
+    return _fire(kind, "approval_expiry_warning_seconds", due, notice)
 
 
 def _requests_over_sla(now) -> int:
     """The SLA escalation: a request that waited longer than its tenant's approval SLA."""
     kind = "approval.sla_breached"
-    fired = 0
-    for tenant in Tenant.objects.filter(
-        pk__in=n.tenants_listening(kind), approval_sla_seconds__gt=0
-    ):
+
+    def due(tenant):
         sla = timedelta(seconds=tenant.approval_sla_seconds)
-        due = list(
-            _pending(tenant, kind)
-            .filter(created_at__lte=now - sla, expires_at__gt=now)
-            .order_by("created_at")[:SWEEP_LIMIT]
+        return _pending(tenant, kind, created_at__lte=now - sla, expires_at__gt=now)
+
+    def notice(tenant, request):
+        waited = (now - request.created_at).total_seconds()
+        summary = (
+            f"Approval request for {request.tool.name} → {request.target} has waited "
+            f"{_minutes(waited)}, over the {_minutes(tenant.approval_sla_seconds)} approval SLA."
         )
-        actions = _actions_of(due)
-        for request in due:
-            waited = (now - request.created_at).total_seconds()
-            with transaction.atomic():
-                fired += bool(
-                    _emit(
-                        tenant=tenant,
-                        kind=kind,
-                        subject_type="approvalrequest",
-                        subject_id=request.pk,
-                        summary=f"Approval request for {request.tool.name} → {request.target} "
-                        f"has waited {_minutes(waited)}, over the {_minutes(sla.total_seconds())}"
-                        " approval SLA.",
-                        path=reverse("console:approvals") + f"#request-{request.pk}",
-                        data={
-                            **_request_data(request, actions.get(request.action_id)),
-                            "sla_seconds": tenant.approval_sla_seconds,
-                        },
-                    )
-                )
-    return fired
+        data = {
+            **_request_data(request, request.waiting_action),
+            "sla_seconds": tenant.approval_sla_seconds,
+        }
+        return "approvalrequest", summary, data
+
+    return _fire(kind, "approval_sla_seconds", due, notice)

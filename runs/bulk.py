@@ -1,13 +1,14 @@
-"""Bulk decisions with a preview (issue 12, part 7): resolve or re-check several actions,
+"""Bulk decisions with a preview: resolve or re-check several actions,
 or replay several runs, together. First the plan says exactly what each item will do; the
 confirm then does exactly that, or nothing.
 
-- `bulk_plan` is a selector: it reads, decides per item with the same rules the services
-  apply (the state, the role, the claim, the freshness of the read, the replay verdict,
-  four eyes) and changes nothing. A replay's item names the tools the run called (what a
-  replay may call again) and, for each idempotency key the run used, whether proposing it
-  again would be a ledger hit (the recorded outcome is returned, nothing is sent) or a new
-  send (the key was revoked).
+- `bulk_plan` is a selector: it reads, asks per item the same `check_*` the services ask
+  (`runs.decisions`, `runs.replay`: the state, the role, the claim, the freshness of the
+  read, the replay verdict, four eyes), so an item is skipped in the very words the API
+  and the console refuse it with, and changes nothing. A replay's item names the tools the
+  run called (what a replay may call again) and, for each idempotency key the run used,
+  whether proposing it again would be a ledger hit (the recorded outcome is returned,
+  nothing is sent) or a new send (the key was revoked).
 - `bulk_apply` recomputes the plan and refuses (StaleRead, a 409) when its signature is
   not the one the operator confirmed: the selection changed since the preview (an action
   settled, a newer read arrived, a colleague claimed one), so it is previewed again rather
@@ -25,13 +26,12 @@ import json
 import uuid
 from dataclasses import asdict, dataclass, field
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from core.audit import Actor, Verb, audit
 from core.errors import DomainError, StaleRead, ValidationFailed
-from core.models import Role, ToolEffect
+from core.models import ToolEffect
 from ledger.models import LedgerEntry
 
 from . import decisions, replay
@@ -191,11 +191,10 @@ def bulk_plan(
         force = False
     wanted = _ids(ids)
     now = now or timezone.now()
-    tenant_ids, can = viewer.tenant_ids, viewer.has_role
     if operation == "replay":
-        items = _plan_replays(wanted, tenant_ids, can, force=force, reason=reason)
+        items = _plan_replays(wanted, viewer, force=force, reason=reason)
     else:
-        items = _plan_actions(operation, wanted, tenant_ids, can, viewer.user, outcome, now)
+        items = _plan_actions(operation, wanted, viewer, outcome, reason, now)
     plan = BulkPlan(operation, outcome, reason, force, items)
     plan.signature = _signature(plan)
     return plan
@@ -223,12 +222,12 @@ def _not_found(pk, kind) -> BulkItem:
     return BulkItem(str(pk), kind, "", str(pk)[:8], "", SKIP, "Not found (or not in your tenants).")
 
 
-def _plan_actions(operation, wanted, tenant_ids, can, user, outcome, now) -> list[BulkItem]:
+def _plan_actions(operation, wanted, viewer, outcome, reason, now) -> list[BulkItem]:
     found = {
         a.pk: a
-        for a in Action.objects.filter(pk__in=wanted, tenant_id__in=tenant_ids).select_related(
-            "tool", "claimed_by"
-        )
+        for a in Action.objects.filter(
+            pk__in=wanted, tenant_id__in=viewer.tenant_ids
+        ).select_related("tool", "claimed_by")
     }
     latest = {}
     for read in (
@@ -253,16 +252,11 @@ def _plan_actions(operation, wanted, tenant_ids, can, user, outcome, now) -> lis
             "",
         )
         items.append(item)
-        if action.state not in {ActionState.UNKNOWN, ActionState.NEEDS_HUMAN}:
-            item.why = (
-                f"It is {action.get_state_display().lower()}: only an unknown or needs-human "
-                f"action can be {'resolved' if operation == 'resolve' else 're-checked'}."
-            )
-            continue
-        if not can(Role.ONCALL, action.tenant_id):
-            item.why = "You do not hold the on-call role in its tenant."
-            continue
+        actor = viewer.actor_for(action.tenant_id)
         if operation == "recheck":
+            if refusal := decisions.check_recheck(action, actor=actor):
+                item.why = str(refusal)
+                continue
             item.will = "recheck"
             item.why = (
                 f"Reads the state of {action.target} from {action.tool.name} (side-effect "
@@ -270,22 +264,13 @@ def _plan_actions(operation, wanted, tenant_ids, can, user, outcome, now) -> lis
                 "what it saw."
             )
             continue
-        if action.claimed_by_id and (user is None or action.claimed_by_id != user.pk):
-            item.why = (
-                f"Claimed by {action.claimed_by.get_username()}: open it to resolve despite "
-                "the claim."
-            )
-            continue
         read = latest.get(pk)
-        if read is not None:
-            age = (now - read.at).total_seconds()
-            if age > settings.RESOLVE_READ_MAX_AGE_SECONDS:
-                item.why = (
-                    f"Its latest read is {age:.0f} s old (the limit is "
-                    f"{settings.RESOLVE_READ_MAX_AGE_SECONDS:.0f} s): re-check it first."
-                )
-                continue
-            item.read_id = read.pk
+        if refusal := decisions.check_resolve(
+            action, outcome=outcome, reason=reason, actor=actor, latest_read=read, now=now
+        ):
+            item.why = str(refusal)
+            continue
+        item.read_id = read.pk if read else None
         item.will = f"resolve_{outcome}"
         on = (
             f"on the read of {timezone.localtime(read.at):%H:%M:%S} ({read.verdict})"
@@ -296,10 +281,10 @@ def _plan_actions(operation, wanted, tenant_ids, can, user, outcome, now) -> lis
     return items
 
 
-def _plan_replays(wanted, tenant_ids, can, *, force, reason) -> list[BulkItem]:
+def _plan_replays(wanted, viewer, *, force, reason) -> list[BulkItem]:
     runs = {
         r.pk: r
-        for r in Run.objects.filter(pk__in=wanted, tenant_id__in=tenant_ids).select_related(
+        for r in Run.objects.filter(pk__in=wanted, tenant_id__in=viewer.tenant_ids).select_related(
             "tenant"
         )
     }
@@ -310,16 +295,18 @@ def _plan_replays(wanted, tenant_ids, can, *, force, reason) -> list[BulkItem]:
         .order_by("created_at", "pk")
     ):
         actions.setdefault(a.run_id, []).append(a)
-    unsettled = dict(
-        Run.objects.filter(
+    unsettled = {
+        replay_of: (new_run, status)
+        for replay_of, new_run, status in Run.objects.filter(
             replay_of_id__in=list(runs), status__in=[RunStatus.PENDING, RunStatus.RUNNING]
-        ).values_list("replay_of_id", "pk")
-    )
-    waiting = set(
-        ForceReplayRequest.objects.filter(
+        ).values_list("replay_of_id", "pk", "status")
+    }
+    waiting = {
+        r.run_id: r
+        for r in ForceReplayRequest.objects.filter(
             run_id__in=list(runs), state=ForceRequestState.PENDING
-        ).values_list("run_id", flat=True)
-    )
+        )
+    }
     live = {}
     for entry in LedgerEntry.objects.filter(
         tenant_id__in={r.tenant_id for r in runs.values()},
@@ -369,37 +356,36 @@ def _plan_replays(wanted, tenant_ids, can, *, force, reason) -> list[BulkItem]:
                 )
             )
         items.append(item)
-        if verdict.gone:
-            continue
-        if pk in unsettled:
-            item.why = (
-                f"A replay of this run already waits (run {str(unsettled[pk])[:8]}); "
-                "it settles first."
+        # As the services decide: a replay the verdict allows needs no force (nor a second
+        # admin); otherwise a forced one, through four eyes when the tenant asks for them.
+        actor = viewer.actor_for(run.tenant_id)
+        forced = force and not verdict.allowed
+        four_eyes = forced and run.tenant.four_eyes_force_replay
+        if four_eyes:
+            refusal = replay.check_force_request(
+                verdict,
+                actor=actor,
+                reason=reason,
+                unsettled=unsettled.get(pk),
+                waiting=waiting.get(pk),
             )
-            continue
-        if verdict.allowed:
-            item.will = "replay"
-            continue
-        if not verdict.forceable:
-            continue
-        if not force:
-            item.why = f"{verdict.message} (Not forced: force is off for this bulk replay.)"
-            continue
-        if not can(Role.ADMIN, run.tenant_id):
-            item.why = f"{verdict.message} Only an admin can force it."
-            continue
-        if run.tenant.four_eyes_force_replay:
-            if pk in waiting:
-                item.why = "A force replay of this run already waits for a second admin."
-                continue
+        else:
+            refusal = replay.check_replay(
+                verdict, actor=actor, force=forced, reason=reason, unsettled=unsettled.get(pk)
+            )
+        if refusal is not None:
+            item.why = str(refusal)
+        elif four_eyes:
             item.will = "force_request"
             item.why = (
                 f"{verdict.message} Four eyes: the force replay waits until a different admin "
                 "confirms it."
             )
-            continue
-        item.will = "force_replay"
-        item.why = f"Forced, with your reason. {verdict.message}"
+        elif forced:
+            item.will = "force_replay"
+            item.why = f"Forced, with your reason. {verdict.message}"
+        else:
+            item.will = "replay"
     return items
 
 

@@ -96,7 +96,7 @@ class Action(models.Model):
     expected_version = models.BigIntegerField(null=True, blank=True)
     idempotency_key = models.CharField(max_length=255)
     fingerprint = models.CharField(max_length=64)
-    # Null only for a read_only tool's action: a read takes no ledger key space (issue 13).
+    # Null only for a read_only tool's action: a read takes no ledger key space.
     ledger_entry = models.OneToOneField(
         "ledger.LedgerEntry", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )

@@ -274,7 +274,7 @@ def _read_action_create(
     reason: str,
     actor: Actor,
 ) -> Action:
-    """A read_only tool's action (issue 13): no approval and no ledger key space.
+    """A read_only tool's action: no approval and no ledger key space.
 
     A read has no side effect, so there is nothing to approve and nothing to apply at most
     once: no ledger entry is reserved, the key (when the runtime sends one) neither collides

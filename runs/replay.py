@@ -12,7 +12,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.audit import Actor, Verb, audit
-from core.errors import InputGone, ReplayRefused, StateConflict, reason_required
+from core.errors import (
+    InputGone,
+    Refusal,
+    ReplayRefused,
+    ValidationFailed,
+    missing_role,
+    refuse,
+)
 from core.models import Role, Tool, ToolEffect
 
 from . import alerts
@@ -44,9 +51,9 @@ class ReplayVerdict:
     message: str
     tools_at_risk: list[str] | None
     # Tools the run called whose every call an operator resolved as failed: not applied,
-    # so not at risk (issue 12, "resolve feeds replay").
+    # so not at risk.
     not_applied: list[str] = field(default_factory=list)
-    # Tools the run called that their declarations make safe to repeat (issue 13): each
+    # Tools the run called that their declarations make safe to repeat: each
     # `{"tool", "effect", "lookup", "declared_by", "declared_at", "why"}`.
     safe_tools: list[dict] = field(default_factory=list)
 
@@ -269,47 +276,136 @@ def _verdict_with_declarations(run: Run, executed, cleared, safe) -> ReplayVerdi
     )
 
 
-def _refuse_second_unsettled_replay(run: Run) -> None:
-    """A run has at most one unsettled replay (pending or running), forced or not
-    (docs/design.md, "Runs and replay"). The caller holds the lock on `run`, which serializes
-    replays of it; under READ COMMITTED this read then sees a replay that a concurrent
-    request just committed."""
-    waiting = (
+# --- who may replay, and force: the checks ------------------------------------------------
+
+
+def may_force_replay(actor: Actor) -> Refusal | None:
+    """Who may force a replay (or confirm or reject somebody's force): an admin, in the
+    run's tenant. Said here once; every door asks it."""
+    return missing_role(actor, Role.ADMIN)
+
+
+def check_force(*, actor: Actor, reason: str) -> Refusal | None:
+    """Whoever forces: an admin, with a reason."""
+    if refusal := may_force_replay(actor):
+        return refusal
+    if not (reason or "").strip():
+        return Refusal(
+            "A forced replay needs a reason.",
+            ValidationFailed,
+            field="reason",
+            hint="Required when force is true.",
+        )
+    return None
+
+
+def unsettled_replay(run: Run):
+    """The replay of `run` that has not settled yet, as (id, status), or None. A run has at
+    most one (docs/design.md, "Runs and replay")."""
+    return (
         Run.objects.filter(replay_of=run, status__in=[RunStatus.PENDING, RunStatus.RUNNING])
         .values_list("pk", "status")
         .first()
     )
-    if waiting is not None:
-        raise ReplayRefused(
-            f"This run already has a replay that has not settled: run {waiting[0]} is "
-            f"{waiting[1]}. Wait until it finishes.",
-            unsettled_replay=str(waiting[0]),
+
+
+def check_replay(
+    verdict: ReplayVerdict,
+    *,
+    actor: Actor,
+    force: bool = False,
+    reason: str = "",
+    unsettled=None,
+) -> Refusal | None:
+    """May `actor` replay this run now (forced or not)? `verdict` is the run's
+    `replay_verdict`, `unsettled` its `unsettled_replay`."""
+    if force and (refusal := check_force(actor=actor, reason=reason)):
+        return refusal
+    if verdict.gone:
+        return Refusal(verdict.message, InputGone)
+    if unsettled is not None:
+        return Refusal(
+            f"This run already has a replay that has not settled: run {unsettled[0]} is "
+            f"{unsettled[1]}. Wait until it finishes.",
+            ReplayRefused,
+            unsettled_replay=str(unsettled[0]),
         )
+    if not verdict.allowed and not (force and verdict.forceable):
+        extra = {"safe_tools": verdict.safe_tools} if verdict.safe_tools else {}
+        return Refusal(verdict.message, ReplayRefused, tools_at_risk=verdict.tools_at_risk, **extra)
+    return None
+
+
+def check_force_request(
+    verdict: ReplayVerdict, *, actor: Actor, reason: str, unsettled=None, waiting=None
+) -> Refusal | None:
+    """Four eyes: may `actor` ask a second admin to confirm a force replay? `waiting` is
+    the run's pending ForceReplayRequest, if any."""
+    if refusal := check_replay(
+        verdict, actor=actor, force=True, reason=reason, unsettled=unsettled
+    ):
+        return refusal
+    if waiting is not None:
+        who = waiting.requested_by
+        return Refusal(
+            f"A force replay of this run already waits for a second admin (asked by "
+            f"{who['kind']}:{who['name']}).",
+            ReplayRefused,
+            tools_at_risk=verdict.tools_at_risk,
+        )
+    return None
+
+
+def _force_request_undecidable(request: ForceReplayRequest) -> Refusal | None:
+    if request.state != ForceRequestState.PENDING:
+        who = request.decided_by or {}
+        return Refusal(
+            f"This force replay request is already {request.state} "
+            f"(by {who.get('kind', '')}:{who.get('name', '')})."
+        )
+    return None
+
+
+def check_force_confirm(request: ForceReplayRequest, *, actor: Actor) -> Refusal | None:
+    """A different admin confirms: the requester cannot confirm their own request."""
+    if refusal := may_force_replay(actor) or _force_request_undecidable(request):
+        return refusal
+    if Actor(**request.requested_by) == actor:
+        return Refusal(
+            "You asked for this force replay; a different admin must confirm it (four eyes)."
+        )
+    return None
+
+
+def check_force_reject(request: ForceReplayRequest, *, actor: Actor) -> Refusal | None:
+    """A different admin rejects, or the requester withdraws."""
+    return may_force_replay(actor) or _force_request_undecidable(request)
+
+
+# --- the verbs -----------------------------------------------------------------------------
 
 
 def run_replay(run: Run, *, force: bool, reason: str, actor: Actor) -> Run:
-    """Create a new pending run with the same input; history is never rewritten.
+    """Create a new pending run with the same input; history is never rewritten
+    (`check_replay`).
 
     The run's principal and any operator may ask; `force` is an admin's alone and needs a
     reason (a 403 and a 400 otherwise), whoever calls this.
     """
     if force:
-        actor.require(Role.ADMIN)
-        reason = reason_required(reason)
+        refuse(check_force(actor=actor, reason=reason))
+        reason = reason.strip()
     with transaction.atomic():
         # The lock on the original run serializes replays of it, so exactly one of many
-        # concurrent requests creates one.
+        # concurrent requests creates one. Under READ COMMITTED the unsettled replay read
+        # after it sees a replay that a concurrent request just committed.
         run = Run.objects.select_for_update(no_key=True).get(pk=run.pk)
         verdict = replay_verdict(run)
-        if verdict.gone:
-            raise InputGone(verdict.message)
-        _refuse_second_unsettled_replay(run)
-        if not verdict.allowed and not (force and verdict.forceable):
-            raise ReplayRefused(
-                verdict.message,
-                tools_at_risk=verdict.tools_at_risk,
-                **({"safe_tools": verdict.safe_tools} if verdict.safe_tools else {}),
+        refuse(
+            check_replay(
+                verdict, actor=actor, force=force, reason=reason, unsettled=unsettled_replay(run)
             )
+        )
         now = timezone.now()
         new_run = Run.objects.create(
             tenant=run.tenant,
@@ -362,8 +458,8 @@ def run_force_replay(run: Run, *, reason: str, actor: Actor):
     """
     from django.db import IntegrityError
 
-    actor.require(Role.ADMIN)
-    reason = reason_required(reason)
+    refuse(check_force(actor=actor, reason=reason))
+    reason = reason.strip()
 
     run = Run.objects.select_related("tenant").get(pk=run.pk)
     if not run.tenant.four_eyes_force_replay:
@@ -371,22 +467,21 @@ def run_force_replay(run: Run, *, reason: str, actor: Actor):
     with transaction.atomic():
         run = Run.objects.select_for_update(no_key=True).get(pk=run.pk)
         verdict = replay_verdict(run)
-        if verdict.gone:
-            raise InputGone(verdict.message)
-        # Not even a request for a second admin while a replay of this run still waits.
-        _refuse_second_unsettled_replay(run)
-        if verdict.allowed:
+        if verdict.allowed and not verdict.gone:
+            # Nothing at risk: no second admin needed (run_replay refuses what it must).
             return run_replay(run, force=True, reason=reason, actor=actor), None
-        if not verdict.forceable:
-            raise ReplayRefused(verdict.message, tools_at_risk=verdict.tools_at_risk)
-        waiting = ForceReplayRequest.objects.filter(run=run, state=ForceRequestState.PENDING)
-        if first := waiting.first():
-            who = first.requested_by
-            raise ReplayRefused(
-                f"A force replay of this run already waits for a second admin (asked by "
-                f"{who['kind']}:{who['name']}).",
-                tools_at_risk=verdict.tools_at_risk,
+        # Not even a request for a second admin while a replay of this run still waits.
+        refuse(
+            check_force_request(
+                verdict,
+                actor=actor,
+                reason=reason,
+                unsettled=unsettled_replay(run),
+                waiting=ForceReplayRequest.objects.filter(
+                    run=run, state=ForceRequestState.PENDING
+                ).first(),
             )
+        )
         try:
             with transaction.atomic():
                 request = ForceReplayRequest.objects.create(
@@ -412,32 +507,22 @@ def run_force_replay(run: Run, *, reason: str, actor: Actor):
 
 
 def _lock_pending_force(request: ForceReplayRequest) -> ForceReplayRequest:
-    request = (
+    return (
         ForceReplayRequest.objects.select_for_update(no_key=True)
         .select_related("run", "tenant")
         .get(pk=request.pk)
     )
-    if request.state != ForceRequestState.PENDING:
-        who = request.decided_by or {}
-        raise StateConflict(
-            f"This force replay request is already {request.state} "
-            f"(by {who.get('kind', '')}:{who.get('name', '')})."
-        )
-    return request
 
 
 def force_replay_confirm(request: ForceReplayRequest, *, actor: Actor) -> Run:
     """A second admin confirms: the replay is created now, forced, in the requester's name
     and with their reason; the confirmation is audited in the confirmer's. The requester
     cannot confirm their own request."""
-    actor.require(Role.ADMIN)
+    refuse(may_force_replay(actor))
     with transaction.atomic():
         request = _lock_pending_force(request)
+        refuse(check_force_confirm(request, actor=actor))
         requester = Actor(**request.requested_by)
-        if requester == actor:
-            raise StateConflict(
-                "You asked for this force replay; a different admin must confirm it (four eyes)."
-            )
         # In the requester's name, as the admin they were when they asked; the confirmer
         # holds the role now (checked above).
         as_requester = dataclasses.replace(requester, roles=frozenset({Role.ADMIN}))
@@ -461,9 +546,10 @@ def force_replay_confirm(request: ForceReplayRequest, *, actor: Actor) -> Run:
 def force_replay_reject(request: ForceReplayRequest, *, reason: str, actor: Actor):
     """A different admin rejects the request, or its requester withdraws it. Nothing is
     replayed."""
-    actor.require(Role.ADMIN)
+    refuse(may_force_replay(actor))
     with transaction.atomic():
         request = _lock_pending_force(request)
+        refuse(check_force_reject(request, actor=actor))
         force_request_close(
             request, ForceRequestState.REJECTED, actor=actor, decision_reason=reason
         )

@@ -45,7 +45,7 @@ ACTION = Machine("An action", ActionState, TRANSITIONS)
 
 # Moves that only a tool's declaration allows, each named by the declarations that allow
 # it. One: an `unknown` action is sent again (a new attempt, the same Idempotency-Key) to a
-# tool that declares it applies a key at most once (issue 13). Never to queued: a resend is
+# tool that declares it applies a key at most once. Never to queued: a resend is
 # claimed from `unknown` like a reconciliation read, not put back in the queue, and an
 # `unsafe` tool is never re-sent past the boundary (invariant 2). Moved only by
 # `runs.moves.action_move(..., declared=effect)`, from `action_resend_start`.
@@ -156,7 +156,7 @@ class Verdict(models.TextChoices):
     MOVED_ON = "moved_on"
     READ_FAILED = "read_failed"
     MISSING = "missing"
-    # The tool's own answer to "did you apply key K?" (`lookup: true` tools, issue 13).
+    # The tool's own answer to "did you apply key K?" (`lookup: true` tools).
     LOOKUP_APPLIED = "lookup_applied"
     LOOKUP_NOT_FOUND = "lookup_not_found"  # it never received the key
     LOOKUP_FAILED = "lookup_failed"  # anything else: it could not tell

@@ -10,7 +10,7 @@ from django.http import HttpResponseNotFound, HttpResponseServerError
 from django.template.loader import render_to_string
 from django.views import defaults
 
-from core.api.problems import internal_error, problem_json, unavailable
+from core.problems import internal_error, problem_json, unavailable
 
 logger = logging.getLogger(__name__)
 

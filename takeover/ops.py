@@ -29,9 +29,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import GaugeMetricFamily
 
 from approvals.models import ApprovalRequest, RequestState
-from core.api.problems import problem_json
 from core.metrics import scrape_allowed, web_metrics
 from core.models import Tenant
+from core.problems import problem_json
 from runs.models import Action
 from runs.states import UNSETTLED, ActionState
 

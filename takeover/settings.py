@@ -98,6 +98,7 @@ INSTALLED_APPS = [
     "axes",
     "csp",
     "core",
+    "notifications",
     "ledger",
     "approvals",
     "runs",
@@ -296,16 +297,16 @@ TOOL_URL_ALLOWLIST = os.environ.get("TOOL_URL_ALLOWLIST", "localhost,127.0.0.0/8
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "core.api.auth.BearerTokenAuthentication",
-        "core.api.auth.ConsoleSessionAuthentication",
+        "api.auth.BearerTokenAuthentication",
+        "api.auth.ConsoleSessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["core.api.permissions.IsAuthenticatedCaller"],
+    "DEFAULT_PERMISSION_CLASSES": ["api.permissions.IsAuthenticatedCaller"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": [
-        "core.api.parsers.StrictJSONParser",
+        "api.parsers.StrictJSONParser",
         "rest_framework.parsers.MultiPartParser",
     ],
-    "EXCEPTION_HANDLER": "core.api.problems.exception_handler",
+    "EXCEPTION_HANDLER": "api.problems.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "api.schema.AutoSchema",
     "UNAUTHENTICATED_USER": None,
 }
@@ -458,7 +459,7 @@ WAIT_MAX_PER_PRINCIPAL = int(os.environ.get("WAIT_MAX_PER_PRINCIPAL", 2))
 WAIT_MAX_PER_PROCESS = int(os.environ.get("WAIT_MAX_PER_PROCESS", 4))
 # An unknown outcome at a tool declared `idempotent` (or `read_only`) is sent again with the
 # same Idempotency-Key at most this many times, the first after this delay, doubling
-# (issue 13). An `unsafe` tool is never re-sent past the boundary, whatever these say.
+# . An `unsafe` tool is never re-sent past the boundary, whatever these say.
 IDEMPOTENT_RESEND_LIMIT = int(os.environ.get("IDEMPOTENT_RESEND_LIMIT", 2))
 IDEMPOTENT_RESEND_DELAY_SECONDS = env_float("IDEMPOTENT_RESEND_DELAY_SECONDS", 5)
 RECONCILE_READ_ATTEMPTS = 3
@@ -471,13 +472,13 @@ APPROVAL_REQUEST_TTL_SECONDS = env_float("APPROVAL_REQUEST_TTL_SECONDS", 24 * 36
 RUN_STALE_AFTER = env_float("RUN_STALE_AFTER", 6 * 3600)
 ACTION_WAIT_MAX_SECONDS = 30
 # A resolve decided on a read of the authoritative state older than this is refused until
-# someone re-reads (issue 12: decisions are not made on a stale diff).
+# someone re-reads (decisions are not made on a stale diff).
 RESOLVE_READ_MAX_AGE_SECONDS = env_float("RESOLVE_READ_MAX_AGE_SECONDS", 60)
 # Opening an unknown / needs_human action re-reads in the background when the latest read is
 # older than this (on-call only; the read is side-effect free).
 CONSOLE_REREAD_AFTER_SECONDS = env_float("CONSOLE_REREAD_AFTER_SECONDS", 10)
 
-# Notifications (core/notifications.py): signed webhooks, Slack-compatible webhooks and
+# Notifications (the notifications app): signed webhooks, Slack-compatible webhooks and
 # e-mail, configured per tenant by admins in the console. Deliveries are rows the workers
 # claim like actions; a failed attempt is retried after NOTIFY_BACKOFF_BASE_SECONDS, doubling
 # up to NOTIFY_BACKOFF_MAX_SECONDS, NOTIFY_MAX_ATTEMPTS times in all.

@@ -283,7 +283,7 @@ def make_failed_run_without_tools(world):
 
 
 def declared_tool(world, name="notify_customer", prefix="email", **declarations):
-    """A tool with declarations (issue 13); the demo outbox is idempotent with lookup."""
+    """A tool with declarations; the demo outbox is idempotent with lookup."""
     declarations.setdefault("effect", "idempotent")
     declarations.setdefault("lookup", True)
     return tool(world, name, prefix=prefix, **declarations)

@@ -32,10 +32,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="session")
-def django_db_setup(request, django_test_environment, django_db_blocker):
+def django_db_setup(
+    request, django_test_environment, django_db_modify_db_settings, django_db_blocker
+):
     """The test database, created and migrated by the owner role ("owner" in DATABASES);
     the application's connection ("default") mirrors it under its own role, which owns
-    nothing (core/dbroles.py). pytest-django alone would only set up "default", a mirror."""
+    nothing (core/dbroles.py). pytest-django alone would only set up "default", a mirror.
+    Under pytest-xdist, `django_db_modify_db_settings` gives each process its own database
+    (test_takeover_gw0, ...)."""
     from django.test.utils import setup_databases, teardown_databases
 
     with django_db_blocker.unblock():

@@ -7,13 +7,21 @@ processes the tests start inherit exactly the same configuration.
 import os
 import tempfile
 
+# Under pytest-xdist each test process has its own database (test_takeover_gw0, ...), so it
+# needs its own broker and mailbox too: the ones it inherits are the controller's, shared.
+# Once per test process: the Celery workers it starts inherit its environment, and its dirs.
+_process = os.environ.get("PYTEST_XDIST_WORKER")
+if _process and os.environ.get("TAKEOVER_TEST_DIRS_OF") != _process:
+    os.environ["TAKEOVER_TEST_DIRS_OF"] = _process
+    os.environ["CELERY_BROKER_DIR"] = tempfile.mkdtemp(prefix=f"takeover-test-broker-{_process}-")
+    os.environ["EMAIL_FILE_PATH"] = tempfile.mkdtemp(prefix=f"takeover-test-mail-{_process}-")
 os.environ.setdefault("CELERY_BROKER_DIR", tempfile.mkdtemp(prefix="takeover-test-broker-"))
 # Longer than the refusal window the safe-retry test opens, so the retry lands after it.
 os.environ.setdefault("SAFE_RETRY_DELAY_SECONDS", "3")
 os.environ.setdefault("DISPATCH_LEASE_GRACE_SECONDS", "3")
 os.environ.setdefault("RECONCILE_LEASE_GRACE_SECONDS", "3")
 os.environ.setdefault("SWEEP_INTERVAL_SECONDS", "1")
-# Resends to idempotent tools (issue 13) after half a second, not five.
+# Resends to idempotent tools after half a second, not five.
 os.environ.setdefault("IDEMPOTENT_RESEND_DELAY_SECONDS", "0.5")
 # The test process and its workers name different databases (takeover / test_takeover), so
 # the per-deployment default queue would differ between them: name it.

@@ -2,20 +2,20 @@
 action's tool and settle it.
 
 The order of a dispatch, each step its own transaction:
-1. claim (a batch at once, `leases.lease_queued`): queued → dispatching, approval consumed,
+1. lease (a batch at once, `leases.lease_queued`): queued → dispatching, approval consumed,
    lease set, attempt 1 opened, audited. Committed before any byte goes out (invariant 1).
    No row lock outlives this step.
 2. the HTTP call, outside any transaction (`protocol.call_tool`).
 3. settle: the attempt is closed with its classification and the action moves, together.
-So a happy-path effect costs three write transactions (propose, its share of a claim,
-settle). A killed worker's claims come back through their leases (`leases.expire_leases`),
+So a happy-path effect costs three write transactions (propose, its share of a lease,
+settle). A killed worker's leased rows come back when their leases run out (`leases.expire_leases`),
 as unknowns to reconcile, never as queued.
 """
 
 import contextlib
-from datetime import timedelta
 import logging
 import time
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -85,7 +85,7 @@ def settle(
     action: Action, attempt: Attempt, result: CallResult, *, actor: Actor, table=SETTLE
 ) -> None:
     """Close the attempt and settle the action together (the third and last write of a
-    happy-path effect: propose, claim, settle)."""
+    happy-path effect: propose, lease, settle)."""
     target, fields = table[result.outcome]
     why = (
         f"the tool answered HTTP {result.http_status}"
@@ -148,7 +148,7 @@ def lease_running_out(action: Action) -> bool:
 
 def dispatch_leased(action: Action, attempt: Attempt, *, actor: Actor = DISPATCHER) -> None:
     """Call the tool for a leased action and settle it; at most once past the boundary."""
-    claimed_at = attempt.started_at
+    leased_at = attempt.started_at
     with action_log_context(action, "takeover.dispatch"):
         not_sent = 0
         while True:
@@ -172,7 +172,7 @@ def dispatch_leased(action: Action, attempt: Attempt, *, actor: Actor = DISPATCH
             if attempt is None:
                 return
         settle(action, attempt, result, actor=actor)
-        metrics.record_dispatch(action.tool.name, (timezone.now() - claimed_at).total_seconds())
+        metrics.record_dispatch(action.tool.name, (timezone.now() - leased_at).total_seconds())
         logger.info(
             "action %s (%s → %s): %s%s",
             action.pk,
@@ -185,9 +185,9 @@ def dispatch_leased(action: Action, attempt: Attempt, *, actor: Actor = DISPATCH
 
 
 def action_dispatch(action_id, *, actor: Actor = DISPATCHER) -> Action | None:
-    """Claim and dispatch one queued action, in this thread (operator tools and tests)."""
-    claimed = action_lease(action_id, actor=actor)
-    if claimed is None:
+    """Lease and dispatch one queued action, in this thread (operator tools and tests)."""
+    leased = action_lease(action_id, actor=actor)
+    if leased is None:
         return None
-    dispatch_leased(*claimed, actor=actor)
+    dispatch_leased(*leased, actor=actor)
     return Action.objects.get(pk=action_id)

@@ -1,5 +1,5 @@
-"""The database is the queue: a worker leases due rows with `FOR UPDATE SKIP LOCKED`
-(queued actions to dispatch, unknown ones due a read), and the sweeper takes back the
+"""The database is the queue (`core.queue`): a worker leases due rows with `FOR UPDATE
+SKIP LOCKED` (queued actions to dispatch, unknown ones due a read), and the sweeper takes back the
 leases of a worker that died (`expire_leases`: dispatching → unknown, to reconcile, never
 queued again). A lease lasts as long as the worst case may take (`lease_for`)."""
 
@@ -12,7 +12,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from approvals.services import approval_consume
-from core import metrics, rows
+from core import metrics, queue, rows
 from core.audit import DISPATCHER, SWEEPER, Actor, request_id_var
 
 from ..models import Action, Attempt
@@ -39,7 +39,7 @@ def resend_lease_for(tool) -> timedelta:
 # The oldest due rows of every tenant, interleaved: each tenant's first row, then each
 # tenant's second, ... so that one tenant's burst of 10,000 cannot starve another's single
 # action. Each LATERAL probe reads the partial index of exactly this predicate
-# (`action_queued` / `action_reconcile_due`); SKIP LOCKED lets any number of workers claim at
+# (`action_queued` / `action_reconcile_due`); SKIP LOCKED lets any number of workers lease at
 # once, none waiting and none taking a row twice. Quirk: every tenant is probed, which is
 # cheap for hundreds of tenants; at many thousands, keep a table of tenants with work.
 FAIR_LEASE = """
@@ -61,8 +61,8 @@ FOR UPDATE SKIP LOCKED
 """
 
 
-def _lock_due(state: str, limit: int, only=None, now=None) -> list:
-    """Lock up to `limit` due rows in `state` (inside the caller's transaction)."""
+def _due(state: str, limit: int, only=None, now=None) -> tuple[str, dict]:
+    """The statement that locks up to `limit` due rows in `state`, and its parameters."""
     due, order = "", "created_at"
     if state == ActionState.UNKNOWN:
         due, order = "AND a.next_reconcile_at <= %(now)s", "next_reconcile_at"
@@ -72,9 +72,7 @@ def _lock_due(state: str, limit: int, only=None, now=None) -> list:
         params["only"] = [uuid.UUID(str(i)) for i in only]
     else:
         sql = FAIR_LEASE.format(order=order, due=due)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return [row[0] for row in cursor.fetchall()]
+    return sql, params
 
 
 def lease_queued(limit: int, *, only=None, actor: Actor = DISPATCHER) -> list[tuple]:
@@ -85,7 +83,7 @@ def lease_queued(limit: int, *, only=None, actor: Actor = DISPATCHER) -> list[tu
     dispatched. Returns [(action, attempt)], oldest first.
     """
     with transaction.atomic():
-        ids = _lock_due(ActionState.QUEUED, limit, only)
+        ids = queue.lock_due(*_due(ActionState.QUEUED, limit, only))
         if not ids:
             return []
         actions = sorted(
@@ -131,19 +129,17 @@ def lease_queued(limit: int, *, only=None, actor: Actor = DISPATCHER) -> list[tu
 def action_lease(action_id, *, actor: Actor = DISPATCHER) -> tuple[Action, Attempt] | None:
     """Lease one queued action by id (an operator tool, and the tests); None if it is not
     queued or another worker holds it."""
-    claimed = lease_queued(1, only=[action_id], actor=actor)
-    return claimed[0] if claimed else None
+    leased = lease_queued(1, only=[action_id], actor=actor)
+    return leased[0] if leased else None
 
 
 def lease_unknown(limit: int, *, only=None) -> list:
     """Lease up to `limit` due unknowns for reading: `next_reconcile_at` is pushed past the
-    longest the reads can take, in the claim's own transaction, so no second worker reads
+    longest the reads can take, in the lease's own transaction, so no second worker reads
     the same action meanwhile (invariant 6). Returns their ids."""
     now = timezone.now()
-    with transaction.atomic():
-        ids = _lock_due(ActionState.UNKNOWN, limit, only, now=now)
-        if not ids:
-            return []
+
+    def hold(ids):
         with connection.cursor() as cursor:
             cursor.execute(
                 # A lookup tool is also asked once for its own record of the key.
@@ -158,7 +154,8 @@ def lease_unknown(limit: int, *, only=None) -> list:
                     ids,
                 ],
             )
-    return ids
+
+    return queue.lease(*_due(ActionState.UNKNOWN, limit, only, now=now), hold=hold)
 
 
 def expire_leases(*, actor: Actor = SWEEPER, limit: int = 500) -> list:

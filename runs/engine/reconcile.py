@@ -73,7 +73,7 @@ def _reconcile_declared(action: Action, *, actor: Actor, manual: bool = False) -
     if not manual and _resend_allowed(action):
         due = _resend_due_at(action)
         if due > timezone.now():
-            # Claimed again at `due`, like any read: the database is the queue.
+            # Leased again at `due`, like any read: the database is the queue.
             Action.objects.filter(pk=action.pk, state=ActionState.UNKNOWN).update(
                 next_reconcile_at=due
             )
@@ -152,7 +152,7 @@ def _resend_due_at(action: Action):
 
 
 def _resend(action: Action, *, actor: Actor) -> Action:
-    """Send an unknown action again: a new attempt, the same Idempotency-Key, claimed from
+    """Send an unknown action again: a new attempt, the same Idempotency-Key, leased from
     `unknown` into `dispatching` under a lease (so a worker lost mid-call is swept back to
     unknown, like any dispatch), audited with the declaration that allowed it."""
     attempt = action_resend_start(action, actor=actor)
@@ -187,7 +187,7 @@ def action_resend_start(action: Action, *, actor: Actor):
     revoked its ledger entry (the effect was undone: its key must not fire again).
 
     The declaration is read under FOR SHARE in this transaction, so an admin's change
-    (`tool_declare` locks the row) is either seen here or waits for this claim: the copy
+    (`tool_declare` locks the row) is either seen here or waits for this lease: the copy
     kept on the attempt and in the audit event is the one that allowed the resend.
     """
     with transaction.atomic():

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from django.conf import settings
 from django.db import connection
 
-from core import notifications
+from notifications.delivery import deliver_leased, lease_deliveries
 
 from ..wakeup import wake_workers, wakeup_taken
 from .dispatch import dispatch_leased
@@ -22,7 +22,7 @@ logger = logging.getLogger(__name__)
 
 class DispatchPool:
     """Per worker process: `DISPATCH_CONCURRENCY` threads for tool calls and reads, and as
-    many permits. A drainer claims only as many rows as it holds permits, so a claimed
+    many permits. A drainer leases only as many rows as it holds permits, so a leased
     action's call starts at once: its lease never runs down while it waits in a queue."""
 
     def __init__(self, size: int) -> None:
@@ -32,7 +32,7 @@ class DispatchPool:
 
     def acquire(self, want: int, timeout: float, linger: float = 0.0) -> int:
         """Block for one permit, then take up to `want`. Under load permits come back one
-        at a time; waiting up to `linger` for more lets one claim transaction carry several
+        at a time; waiting up to `linger` for more lets one lease transaction carry several
         rows instead of one each (measured: ~1 write transaction per effect saved)."""
         if not self.permits.acquire(timeout=timeout):
             return 0
@@ -86,11 +86,11 @@ def dispatch_pool() -> DispatchPool:
 def drain(
     *, max_seconds: float | None = None, take_wakeup: bool = True, queued_only: bool = False
 ) -> int:
-    """Claim and work due rows until none are left (or time is up); returns how many.
+    """Lease and work due rows until none are left (or time is up); returns how many.
 
     Dispatches, reconciliation reads and notification deliveries run on the process's pool;
-    this loop only claims.
-    When a claim comes back full there may be more work than this process can take, so one
+    this loop only leases.
+    When a lease comes back full there may be more work than this process can take, so one
     more wake-up goes out (deduplicated) for a peer. Out of time with work left, it hands
     over to a fresh wake-up rather than holding a worker slot for ever.
 
@@ -111,23 +111,23 @@ def drain(
         if not held:
             continue
         try:
-            claimed = lease_queued(held)
+            leased = lease_queued(held)
             due, sends = [], []
-            if not queued_only and len(claimed) < held:
-                due = lease_unknown(held - len(claimed))
+            if not queued_only and len(leased) < held:
+                due = lease_unknown(held - len(leased))
                 # Notification deliveries take what the engine's own work left of the permits.
-                sends = notifications.claim_deliveries(held - len(claimed) - len(due))
+                sends = lease_deliveries(held - len(leased) - len(due))
         except BaseException:
             pool.release(held)
             raise
-        pool.release(held - len(claimed) - len(due) - len(sends))
-        for action, attempt in claimed:
+        pool.release(held - len(leased) - len(due) - len(sends))
+        for action, attempt in leased:
             pool.submit(dispatch_leased, action, attempt)
         for action_id in due:
             pool.submit(reconcile_leased, action_id)
         for delivery_id in sends:
-            pool.submit(notifications.deliver_claimed, delivery_id)
-        got = len(claimed) + len(due) + len(sends)
+            pool.submit(deliver_leased, delivery_id)
+        got = len(leased) + len(due) + len(sends)
         worked += got
         if not got or (not take_wakeup and got < held):
             return worked

@@ -236,7 +236,7 @@ def test_agent_text_fields_with_nul_or_surrogates_are_400s(w, path_of, field, bo
     ],
 )
 def test_operator_fields_postgresql_would_refuse_are_400s(w, path_of, field, body):
-    """The endpoints issues 10 and 12 added (tokens, tenant settings, resolving on a read)
+    """The endpoints added later (tokens, tenant settings, resolving on a read)
     follow the same rules."""
     from core.models import ApiToken
 

@@ -214,7 +214,7 @@ def test_real_answers_conform_to_the_schema(api, world, worker):
 
 @pytest.mark.worker
 def test_declarations_lookups_and_resends_conform_to_the_schema(api, world, worker):
-    """Issue 13's fields and endpoints: tools with declarations, an action settled by the
+    """The declarations' fields and endpoints: tools with declarations, an action settled by the
     tool's lookup, one resent (attempt 2), a read without a key, and the replay verdict and
     refusal that name safe tools."""
     world.tool("update_ticket")

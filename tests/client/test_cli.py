@@ -99,7 +99,10 @@ def test_runs_replay_ledger_and_audit(cli, w, agent):
 
     refused = cli("admin", "replay", run.id, code=1)
     assert "409 replay-refused" in refused.output and "update_ticket" in refused.output
-    cli("admin", "replay", run.id, "--force", code=2)  # no reason
+    # The server's rule, in the server's words: a force needs a reason.
+    no_reason = cli("admin", "replay", run.id, "--force", code=1)
+    assert "400 validation-error" in no_reason.output
+    assert "A forced replay needs a reason." in no_reason.output
     replayed = cli("admin", "replay", run.id, "--force", "--reason", "tool is idempotent")
     assert f"a replay of {run.id}" in replayed.output
 

@@ -47,4 +47,4 @@ def test_a_renamed_field_fails_the_check_and_names_the_field(generate, document)
     action["required"] = [("action_id" if f == "id" else f) for f in action["required"]]
     diff = generate.differences(renamed)
     assert "-    id: str\n" in diff and "+    action_id: str\n" in diff
-    assert "client/src/takeover_client/models.py (from the schema)" in diff
+    assert "client/src/takeover_client/models/resources.py (from the schema)" in diff

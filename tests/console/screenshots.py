@@ -114,7 +114,7 @@ def test_screenshots(live_db, downstream, new_page, console_server):
             actor=agent_of(w),
         )
 
-    # What tools declare (issue 13): an e-mail settled by the outbox's lookup, one the
+    # What tools declare: an e-mail settled by the outbox's lookup, one the
     # outbox never received and that was sent again, and a run whose replay they make safe.
     safe_run = start_run(w, config={"campaign": "renewal-2026-12"})
     by_lookup = make_settled_by_lookup(w, run=safe_run, target="maria.lopez@example.com")
@@ -131,12 +131,12 @@ def test_screenshots(live_db, downstream, new_page, console_server):
     )
 
     # Notifications: a webhook that delivers, a Slack channel whose receiver is down, e-mail.
-    from core import notifications
+    from notifications.services import channel_create
     from tests.receiver import start_receiver
 
     pager, pager_server = start_receiver()
     down, down_server = start_receiver(script=[500] * 10)
-    _, pager.secret = notifications.channel_create(
+    _, pager.secret = channel_create(
         tenant=w.tenant,
         name="on-call pager",
         kind="webhook",
@@ -144,7 +144,7 @@ def test_screenshots(live_db, downstream, new_page, console_server):
         events=["action.needs_human", "action.unknown_overdue", "replay.forced"],
         actor=operator_actor(w.admin),
     )
-    notifications.channel_create(
+    channel_create(
         tenant=w.tenant,
         name="#support-approvals",
         kind="slack",
@@ -152,7 +152,7 @@ def test_screenshots(live_db, downstream, new_page, console_server):
         events=["approval.requested", "approval.sla_breached"],
         actor=operator_actor(w.admin),
     )
-    notifications.channel_create(
+    channel_create(
         tenant=w.tenant,
         name="approver e-mail",
         kind="email",
@@ -247,11 +247,11 @@ def deliver_all(rounds=8):
     failing receiver's retries are 1 s, then 2 s apart in the test settings)."""
     import time
 
-    from core import notifications
+    from notifications.delivery import deliver_leased, lease_deliveries
 
     for _ in range(rounds):
-        for delivery_id in notifications.claim_deliveries(50):
-            notifications.deliver_claimed(delivery_id)
+        for delivery_id in lease_deliveries(50):
+            deliver_leased(delivery_id)
         time.sleep(0.6)
 
 

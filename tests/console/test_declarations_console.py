@@ -1,4 +1,4 @@
-"""The console shows what tools declare (issue 13): the declarations on the action page,
+"""The console shows what tools declare: the declarations on the action page,
 the tool's lookup answer in the timeline, resends numbered as attempts, and, in the replay
 panel, which tools are safe to repeat and why."""
 

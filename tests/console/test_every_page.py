@@ -10,8 +10,9 @@ import pytest
 from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import expect
 
-from core import notifications
 from core.errors import IdempotencyConflict
+from notifications.kinds import KINDS
+from notifications.services import channel_create
 from runs.propose import action_propose
 from runs.replay import run_replay
 from tests.builders import make_world
@@ -65,15 +66,15 @@ def scene(downstream):
             actor=agent_of(world),
         )
     receiver, server = start_receiver()
-    notifications.channel_create(
+    channel_create(
         tenant=world.tenant,
         name="on-call pager",
         kind="webhook",
         url=receiver.url,
-        events=list(notifications.KINDS),
+        events=list(KINDS),
         actor=operator_actor(world.admin),
     )
-    notifications.channel_create(
+    channel_create(
         tenant=world.tenant,
         name="approver mail",
         kind="email",

@@ -1,4 +1,4 @@
-"""Issue 12, what the first pass left open, in headless Chromium: notifications set up in the
+"""In headless Chromium: notifications set up in the
 console and delivered by a real worker to a real receiver that verifies their signature; the
 approval SLA escalated through them; bulk decisions whose preview matches what the confirm
 does; and the run page following the run without wiping a typed reason."""
@@ -10,10 +10,11 @@ import uuid
 import pytest
 from playwright.sync_api import expect
 
-from core.models import AuditEvent, NotificationDelivery, NotificationEvent, Role
+from core.models import AuditEvent, Role
 from core.services import tenant_settings_update
 from ledger.models import LedgerEntry
 from ledger.services import ledger_revoke
+from notifications.models import NotificationDelivery, NotificationEvent
 from runs import decisions, runtime
 from runs.engine import dispatch
 from runs.models import Action, Run
@@ -108,11 +109,11 @@ def test_admin_sets_up_a_webhook_and_a_delivery_is_signed_verified_and_logged(
 def test_approval_requests_over_the_sla_are_escalated_through_the_notifications(
     live_db, downstream, worker, receiver, new_page, console_server
 ):
-    from core import notifications
+    from notifications.services import channel_create
 
     world = make_world(downstream)
     rec = receiver()
-    _, secret = notifications.channel_create(
+    _, secret = channel_create(
         tenant=world.tenant,
         name="escalations",
         kind="slack",

@@ -12,8 +12,9 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from approvals.models import ApprovalRequest
-from core.models import NotificationChannel, NotificationDelivery, Role
-from core.notifications import channel_create
+from core.models import Role
+from notifications.models import NotificationChannel, NotificationDelivery
+from notifications.services import channel_create
 from runs.models import Action, Replay, Run
 from tests.builders import SETUP, make_world
 from tests.console.conftest import (

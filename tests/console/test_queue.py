@@ -11,7 +11,7 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from console import selectors as sel
+from console import selectors
 from runs import decisions
 from runs.models import Action
 from tests.builders import make_world
@@ -159,8 +159,8 @@ def test_refresh_answers_204_until_something_changes(live_db, downstream):
 
 def test_the_rows_query_can_use_the_partial_open_queue_index(live_db, downstream):
     world = make_world(downstream)
-    filters = sel.QueueFilters(tenant_ids=[world.tenant.pk])
-    qs = sel.queue_rows_queryset(filters).order_by("created_at", "pk")[:51]
+    filters = selectors.QueueFilters(tenant_ids=[world.tenant.pk])
+    qs = selectors.queue_rows_queryset(filters).order_by("created_at", "pk")[:51]
     # On a small table the planner may rightly prefer a scan; what matters is that the
     # query's predicate lets it use the partial index at all (the bench shows it at scale).
     with connection.cursor() as cursor:
@@ -178,4 +178,4 @@ def test_the_rows_query_can_use_the_partial_open_queue_index(live_db, downstream
 @pytest.mark.parametrize("state", ["unknown", "needs_human", "blocked", "awaiting_approval"])
 def test_each_open_state_has_a_reason_line(state):
     action = Action(state=state, block_reason="approval_denied" if state == "blocked" else "")
-    assert sel.queue_reason(action)
+    assert selectors.queue_reason(action)

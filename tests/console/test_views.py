@@ -512,7 +512,7 @@ def test_django_admin_shows_raw_records_and_the_audit_log_is_read_only(live_db, 
 
 
 def test_the_500_page_is_styled_names_the_error_id_and_touches_no_database(rf, live_db):
-    """Issue 12, part 8: a styled 500, with the error id and no internals."""
+    """A styled 500, with the error id and no internals."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 

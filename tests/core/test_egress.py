@@ -196,7 +196,7 @@ def test_a_localhost_only_allowlist_reaches_a_tool_on_localhost(world, downstrea
 @pytest.mark.parametrize("url", ["http://127.0.0.1:0/hook", "https://localhost:0/hook"])
 def test_a_webhook_url_on_port_0_is_refused_like_a_tool_url(url):
     from core.errors import ValidationFailed
-    from core.notifications import validate_url
+    from notifications.services import validate_url
 
     with pytest.raises(ValidationFailed) as refused:
         validate_url(url)

@@ -7,9 +7,9 @@ from django.db import models
 from approvals.states import APPROVAL, REQUEST
 from core.audit import SYSTEM, Verb, audit
 from core.errors import IllegalTransition
-from core.notifications import DELIVERY
 from core.states import Machine
 from ledger.states import LEDGER
+from notifications.services import DELIVERY
 from runs.moves import LEDGER_STATUS_FOR, run_move
 from runs.states import ACTION, FORCE_REQUEST, RUN, ActionState, RunStatus
 

@@ -31,7 +31,7 @@ def test_another_tenants_items_and_a_missing_role_are_planned_as_nothing_and_sta
     body = {"operation": "resolve:failed", "reason": "no", "id": [action.pk]}
     for persona, why in [
         (world.outsider, "Not found (or not in your tenants)."),
-        (world.approver, "You do not hold the on-call role in its tenant."),
+        (world.approver, "This needs the oncall role."),
     ]:
         client = console(persona)
         page = client.post("/bulk/", body).content.decode()

@@ -8,13 +8,32 @@ from pathlib import Path
 import grimp
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ["bench", "takeover", "api", "console", "demo", "runs", "approvals", "ledger", "core"]
+PACKAGES = [
+    "bench",
+    "takeover",
+    "api",
+    "console",
+    "demo",
+    "runs",
+    "approvals",
+    "ledger",
+    "notifications",
+    "core",
+]
 # Who may import whom, top to bottom; a package may import only those below it. `api` and
 # `console` are two faces of the same domain and know nothing of each other; `demo` speaks
 # to the product through the services (set-up) and the HTTP API (its agent) only. `bench`
 # (make bench, make soak) drives the whole project from outside, through the project's
-# process supervisor.
-LAYERS = ["bench", "takeover", ("api", "console", "demo"), "runs", ("approvals", "ledger"), "core"]
+# process supervisor. `notifications` tells people what happened; the engine emits and
+# delivers through it, and it knows nothing of runs.
+LAYERS = [
+    "bench",
+    "takeover",
+    ("api", "console", "demo"),
+    "runs",
+    ("approvals", "ledger", "notifications"),
+    "core",
+]
 
 
 def graph():
@@ -101,6 +120,23 @@ def test_no_comment_cites_a_document_outside_the_repository():
         if re.search(r"\bSPEC\b(?!TACULAR)", line)
     ]
     assert cited == []
+
+
+# Comments cite the repository's own documents (docs/design.md, README), never an issue
+# tracker the repository does not hold. (Another project's issue, "kombu issue #1551", is
+# a citation, not a reference into this one's.) The console's two files below are being
+# rewritten beside this test; they lose their citations there.
+CITES_AN_ISSUE = re.compile(r"\b[Ii]ssues? \d+")
+STILL_CITING = {"console/selectors.py", "tests/console/test_typing_and_phone.py"}
+
+
+def test_no_comment_cites_an_issue_number():
+    citing = {
+        str(p.relative_to(ROOT))
+        for p in CODE
+        if "migrations" not in p.parts and CITES_AN_ISSUE.search(p.read_text(errors="replace"))
+    }
+    assert citing <= STILL_CITING, sorted(citing - STILL_CITING)
 
 
 # --- every status moves through its one guarded function ------------------------------------
@@ -237,10 +273,9 @@ def test_nothing_the_engine_imports_leads_to_decisions_replay_or_proposing():
 
 
 # Console URLs are the console's: domain code names a kind and a subject, and the console
-# resolves the link. `takeover/` (the settings' login URLs) wires the layers and may name them.
-# Still reversing one today: the notifications' links, which move with the notifications.
+# resolves the link (`console/links.py`). `takeover/` (the settings' login URLs) wires the
+# layers and may name them.
 CONSOLE_URL = re.compile(r"""["']console:""")
-STILL_NAMING_CONSOLE_URLS = {"runs/alerts.py"}
 
 
 def test_no_code_below_the_console_names_a_console_url():
@@ -251,4 +286,4 @@ def test_no_code_below_the_console_names_a_console_url():
         for path in (ROOT / package).rglob("*.py")
         if CONSOLE_URL.search(path.read_text())
     }
-    assert naming == STILL_NAMING_CONSOLE_URLS
+    assert naming == set()

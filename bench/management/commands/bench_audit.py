@@ -154,7 +154,7 @@ class Command(BaseCommand):
         return tenant
 
     def plan(self, tenant, obj) -> str:
-        from core.api.pagination import keyset_page
+        from core.pagination import keyset_page
 
         captured = []
         with connection.execute_wrapper(

@@ -294,7 +294,7 @@ class Command(BaseCommand):
             cursor.execute(LOAD_READS, params)
 
     def deep_cursor(self, tenant, skip) -> str:
-        from core.api.pagination import encode_cursor
+        from core.pagination import encode_cursor
 
         row = (
             Action.objects.filter(tenant=tenant, state__in=OPEN_FOR_HUMANS)

@@ -18,7 +18,7 @@ seconds at most) and prints the invariant table:
   many needed a person (left needs_human): the figure that tool declarations move.
 
 `--prefix email` points the tool at the demo outbox (which deduplicates keys and answers
-lookups) instead of the ticket system; `--effect` and `--lookup` declare it (issue 13). A
+lookups) instead of the ticket system; `--effect` and `--lookup` declare it. A
 resend that the declaration allowed is counted apart, not as a re-dispatch after unknown.
 
 It exits 1 if any invariant is broken.
@@ -46,7 +46,7 @@ class Command(BaseCommand):
         parser.add_argument("--workers", type=int, default=2)
         parser.add_argument("--settle", type=float, default=900)
         parser.add_argument("--no-faults", action="store_true")
-        # The tool's declarations (issue 13). The demo's ticket system is unsafe and answers
+        # The tool's declarations. The demo's ticket system is unsafe and answers
         # no lookups; its outbox (`--prefix email`) deduplicates keys and answers lookups.
         parser.add_argument("--prefix", choices=["tickets", "email"], default="tickets")
         parser.add_argument(

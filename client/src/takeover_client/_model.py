@@ -60,9 +60,13 @@ class Model:
 
 @functools.cache
 def _hints(cls: type) -> dict[str, Any]:
+    import sys
+
     from . import models
 
-    return typing.get_type_hints(cls, vars(models))
+    # datetime, Any and Literal (here and in the class's module), and every model by name.
+    names = {**globals(), **vars(sys.modules[cls.__module__]), **vars(models)}
+    return typing.get_type_hints(cls, names)
 
 
 def _convert(hint: Any, value: Any) -> Any:

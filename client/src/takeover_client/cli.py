@@ -289,11 +289,16 @@ RENDERERS["recheck"] = echo_action
 @click.option("--succeeded", "outcome", flag_value="succeeded", help="It was applied.")
 @click.option("--failed", "outcome", flag_value="failed", help="It was not applied.")
 @click.option("--reason", required=True, help="Why: what you checked, where.")
-def resolve(client: Takeover, action_id, outcome, reason):
-    """Settle an unknown or needs_human action, with a reason."""
+@click.option(
+    "--take-over", is_flag=True, help="Resolve it although another operator has claimed it."
+)
+def resolve(client: Takeover, action_id, outcome, reason, take_over):
+    """Settle an unknown or needs_human action, with a reason. The server decides; its
+    refusal (a claim, a stale read, the state) is printed in its words."""
     if outcome is None:
         raise click.UsageError("Say --succeeded or --failed.")
-    return client.api.actions_resolve(action_id, outcome=outcome, reason=reason)
+    body = {"take_over": True} if take_over else {}
+    return client.api.actions_resolve(action_id, outcome=outcome, reason=reason, **body)
 
 
 RENDERERS["resolve"] = echo_action
@@ -390,9 +395,8 @@ RENDERERS["runs"] = lambda rows: table(
 @click.option("--force", is_flag=True, help="Admin: replay although tools may repeat.")
 @click.option("--reason", default="", help="Required with --force.")
 def replay(client: Takeover, run_id, force, reason):
-    """Replay a run as a new pending run (the replay rule decides; --force overrides)."""
-    if force and not reason.strip():
-        raise click.UsageError("--force needs a --reason.")
+    """Replay a run as a new pending run (the replay rule decides; --force overrides, for an
+    admin with a reason: the server says so when not)."""
     return client.api.runs_replay(run_id, force=force, reason=reason)
 
 

@@ -49,55 +49,21 @@ import json
 import re
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 
+from ._fake import (
+    OUTCOMES,
+    URL,
+    FakeTool,
+    Problem,
+    Script,
+    canonical,
+    utc_now,
+)
 from .aio import AsyncTakeover
 from .client import Takeover
-
-URL = "http://takeover.fake"
-OUTCOMES = ("applied", "rejected", "not_sent", "version_conflict", "reconciled", "needs_human")
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-class Problem(Exception):
-    def __init__(self, status: int, slug: str, detail: str, errors: dict | None = None):
-        super().__init__(detail)
-        self.body = {
-            "type": f"/problems/{slug}",
-            "title": slug.replace("-", " ").capitalize(),
-            "status": status,
-            "detail": detail,
-        }
-        if errors:
-            self.body["errors"] = errors
-
-
-@dataclass
-class FakeTool:
-    name: str
-    requires_approval: bool = False
-    identity_fields: list[str] = field(default_factory=list)
-    effect: str = "unsafe"
-    records: dict[str, dict[str, Any]] = field(default_factory=dict)
-    effects: list[dict[str, Any]] = field(default_factory=list)
-
-
-@dataclass
-class Script:
-    outcome: str
-    times: int
-    target: str | None
 
 
 class FakeTakeover:
@@ -151,7 +117,7 @@ class FakeTakeover:
         """Grant a pending approval request (by its id or its action's): the action is
         dispatched. Returns the approval."""
         request = self._request(request_or_action_id)
-        request.update(state="granted", decided_at=_now(), decided_by=self._tester())
+        request.update(state="granted", decided_at=utc_now(), decided_by=self._tester())
         approval = self._approval(request, consumed_by=request["action"])
         action = self.actions[request["action"]]
         action["approval_id"] = approval["id"]
@@ -160,7 +126,7 @@ class FakeTakeover:
 
     def deny(self, request_or_action_id: str, reason: str = "denied in a test") -> None:
         request = self._request(request_or_action_id)
-        request.update(state="denied", decided_at=_now(), decided_by=self._tester())
+        request.update(state="denied", decided_at=utc_now(), decided_by=self._tester())
         request["reason"] = reason
         self._move(self.actions[request["action"]], "blocked", block_reason="approval_denied")
 
@@ -265,7 +231,7 @@ class FakeTakeover:
     def _claim(self, request):
         for run in self.runs.values():
             if run["status"] == "pending":
-                run.update(status="running", started_at=_now(), attempts=run["attempts"] + 1)
+                run.update(status="running", started_at=utc_now(), attempts=run["attempts"] + 1)
                 return 200, self._run_detail(run)
         return 204, None
 
@@ -274,7 +240,7 @@ class FakeTakeover:
 
     def _heartbeat(self, request, id):
         run = self._running(id)
-        run["heartbeat_at"] = _now()
+        run["heartbeat_at"] = utc_now()
         return 200, self._run_out(run)
 
     def _finish(self, request, id):
@@ -295,7 +261,7 @@ class FakeTakeover:
             status=body["status"],
             error_message=body.get("error_message") or "",
             tools_executed=executed,
-            finished_at=_now(),
+            finished_at=utc_now(),
         )
         return 200, self._run_detail(run)
 
@@ -323,7 +289,7 @@ class FakeTakeover:
         fields = tool.identity_fields or sorted(desired)
         identity = {k: desired[k] for k in fields if k in desired}
         intent = [self.principal, tool.name, body["target"], identity, version]
-        fingerprint = hashlib.sha256(_canonical(intent).encode()).hexdigest()
+        fingerprint = hashlib.sha256(canonical(intent).encode()).hexdigest()
         if key in self.ledger:
             known, action_id = self.ledger[key]
             if known != fingerprint:
@@ -335,7 +301,7 @@ class FakeTakeover:
                     "created or dispatched.",
                 )
             action = self.actions[action_id]
-            changed = _canonical(action["desired_state"]) != _canonical(desired)
+            changed = canonical(action["desired_state"]) != canonical(desired)
             return 200, {**self._action(action), "replayed": True, "content_changed": changed}
         action = self._new_action(run, tool, key, body)
         self.ledger[key] = (fingerprint, action["id"])
@@ -379,13 +345,13 @@ class FakeTakeover:
             "requires_approval": tool.requires_approval,
             "identity_fields": tool.identity_fields,
             "timeout_seconds": 10.0,
-            "created_at": _now(),
+            "created_at": utc_now(),
         }
 
     # --- the engine -------------------------------------------------------------------
 
     def _new_run(self, trigger, config, *, status="running", session_id=None):
-        now = _now()
+        now = utc_now()
         run = {
             "id": str(uuid.uuid4()),
             "tenant": self.tenant,
@@ -450,7 +416,7 @@ class FakeTakeover:
         }
 
     def _new_action(self, run, tool, key, body):
-        now = _now()
+        now = utc_now()
         action = {
             "id": str(uuid.uuid4()),
             "run": run["id"],
@@ -479,7 +445,7 @@ class FakeTakeover:
         return action
 
     def _move(self, action, state, **fields):
-        action.update(state=state, updated_at=_now(), **fields)
+        action.update(state=state, updated_at=utc_now(), **fields)
 
     def _open_request(self, action):
         request = {
@@ -493,7 +459,7 @@ class FakeTakeover:
             "desired_state": copy.deepcopy(action["desired_state"]),
             "expected_version": action["expected_version"],
             "reason": "",
-            "created_at": _now(),
+            "created_at": utc_now(),
             "expires_at": None,
             "decided_by": None,
             "decided_at": None,
@@ -532,7 +498,7 @@ class FakeTakeover:
             return "approval_not_found"
         if approval["state"] == "consumed":
             return "approval_consumed"
-        if any(_canonical(approval[f]) != _canonical(action[f]) for f in self._binding_fields()):
+        if any(canonical(approval[f]) != canonical(action[f]) for f in self._binding_fields()):
             return "approval_mismatch"
         approval.update(state="consumed", consumed_by_action=action["id"])
         return None
@@ -555,8 +521,8 @@ class FakeTakeover:
             outcome = "version_conflict"
         attempt = {
             "number": 1,
-            "started_at": _now(),
-            "finished_at": _now(),
+            "started_at": utc_now(),
+            "finished_at": utc_now(),
             "outcome": {
                 "applied": "applied",
                 "rejected": "rejected",
@@ -600,7 +566,7 @@ class FakeTakeover:
     def _reconciled(self, action, authoritative, verdict, diff):
         action["reconciliations"].append(
             {
-                "at": _now(),
+                "at": utc_now(),
                 "authoritative": authoritative,
                 "verdict": verdict,
                 "diff": diff,

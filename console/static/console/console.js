@@ -1,6 +1,6 @@
 // Small progressive enhancements; every page works without this file.
 //
-// Never lose typing (issue 12, part 1):
+// Never lose typing:
 // - A form with `data-draft="KEY"` keeps its typed text in sessionStorage (this tab only), and
 //   gets it back when the page is shown again (a reload, a navigation after "take over").
 // - A live region marked `data-guard` is not replaced while a form inside it has been touched;

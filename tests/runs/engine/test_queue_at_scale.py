@@ -48,6 +48,7 @@ def restart_postgres():
     pg_ctl(["-w", "-m", "fast", "restart"], pgdata=var_dir / "pgdata", user=server.system_user)
 
 
+@pytest.mark.serial
 def test_chaos_killed_workers_and_a_database_restart_lose_and_repeat_nothing(live_db, tmp_path):
     tenant = tenant_create(slug=f"chaos-{uuid.uuid4().hex[:8]}", actor=SETUP)
     _, token = principal_create(tenant=tenant, name="agent", actor=SETUP)

@@ -254,7 +254,7 @@ def test_resends_are_bounded_and_what_stays_unproven_goes_to_a_person(w, billing
 
 
 def test_the_same_fault_on_an_unsafe_tool_is_never_resent(w, billing_server):
-    # The demo's ticket system (unsafe): reconciled, as before issue 13 ...
+    # The demo's ticket system (unsafe): reconciled, as before tools declared anything ...
     run = w.start_run()
     t = target()
     w.downstream.fault("error_after_commit", prefix="tickets", target=t)

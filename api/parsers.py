@@ -1,4 +1,4 @@
-"""The API's JSON parser: strict (core/api/jsonsafe.py), and its refusals name the field."""
+"""The API's JSON parser: strict (`api/jsonsafe.py`), and its refusals name the field."""
 
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser

@@ -1,4 +1,4 @@
-"""Notifications end to end (issue 12, part 5): emitted in the transaction of their cause,
+"""Notifications end to end: emitted in the transaction of their cause,
 delivered by a real Celery worker to a real receiver on localhost, signed, retried with
 backoff, given up and audited; time-based ones fire once each; e-mail through Django's
 mail backend to the operators who asked for it; Slack's format."""
@@ -12,14 +12,11 @@ import pytest
 from django.conf import settings
 from django.db import transaction
 
-from core import notifications as n
-from core.models import (
-    AuditEvent,
-    NotificationDelivery,
-    NotificationEvent,
-    Role,
-)
+from core.models import AuditEvent, Role
 from core.services import tenant_settings_update
+from notifications.delivery import deliver_leased, lease_deliveries, lease_for, verify
+from notifications.models import NotificationDelivery, NotificationEvent
+from notifications.services import channel_create, delivery_retry, operator_set_email_events
 from runs import alerts, replay
 from tests.builders import (
     SETUP,
@@ -51,7 +48,7 @@ def receiver():
 
 
 def channel(world, rec, events, kind="webhook", name="hook"):
-    ch, secret = n.channel_create(
+    ch, secret = channel_create(
         tenant=world.tenant,
         name=name,
         kind=kind,
@@ -103,19 +100,19 @@ def test_a_webhook_is_delivered_signed_and_verified_by_a_receiver(
     # and a captured request replayed later (its timestamp is too old).
     headers = got.headers
     assert not rec.verify(headers, got.body.replace(b"Maria", b"Mallory"))
-    assert not n.verify(
+    assert not verify(
         "whsec_other",
         timestamp=headers["x-takeover-timestamp"],
         signature=headers["x-takeover-signature"],
         body=got.body,
     )
-    assert n.verify(
+    assert verify(
         rec.secret,
         timestamp=headers["x-takeover-timestamp"],
         signature=headers["x-takeover-signature"],
         body=got.body,
     )
-    assert not n.verify(
+    assert not verify(
         rec.secret,
         timestamp=headers["x-takeover-timestamp"],
         signature=headers["x-takeover-signature"],
@@ -162,7 +159,7 @@ def test_a_receiver_that_keeps_failing_is_given_up_audited_and_can_be_sent_again
     event = AuditEvent.objects.get(verb="notification.failed", object_id=str(delivery.pk))
     assert event.tenant_id == world.tenant.pk and event.after["attempts"] == delivery.attempts
 
-    n.delivery_retry(delivery, actor=operator_actor(world.admin))  # the receiver is fixed
+    delivery_retry(delivery, actor=operator_actor(world.admin))  # the receiver is fixed
     wait_delivery(hook, "delivered")
     assert rec.received[-1].status == 200
     assert (
@@ -271,9 +268,9 @@ def test_email_goes_to_members_who_asked_for_it_and_hold_the_role(live_db, downs
         world, None, ["approval.requested", "action.needs_human"], kind="email", name="mail"
     )
     wants = f"ana-{uuid.uuid4().hex[:6]}@example.com"
-    n.operator_set_email_events(user(world.approver), email=wants, events=["approval.requested"])
+    operator_set_email_events(user(world.approver), email=wants, events=["approval.requested"])
     # Asked, but on-call only: approval requests are not for them.
-    n.operator_set_email_events(
+    operator_set_email_events(
         user(world.oncall),
         email=f"omar-{uuid.uuid4().hex[:6]}@example.com",
         events=["approval.requested", "action.needs_human"],
@@ -323,11 +320,11 @@ def test_a_delivery_whose_worker_died_is_sent_after_its_lease(
     with transaction.atomic():
         make_awaiting(world)
         delivery = NotificationDelivery.objects.get(channel=hook)
-        assert n.claim_deliveries(10, only=[delivery.pk]) == [delivery.pk]
+        assert lease_deliveries(10, only=[delivery.pk]) == [delivery.pk]
     claimed_at = time.time()
-    assert n.claim_deliveries(10, only=[delivery.pk]) == []  # leased: nobody else takes it
+    assert lease_deliveries(10, only=[delivery.pk]) == []  # leased: nobody else takes it
     (got,) = rec.wait_for(1, timeout=30)
-    assert got.at - claimed_at >= n.lease().total_seconds() - 1  # not before the lease ran out
+    assert got.at - claimed_at >= lease_for().total_seconds() - 1  # not before the lease ran out
     (delivery,) = wait_delivery(hook, "delivered")
     assert delivery.attempts == 1
 
@@ -340,7 +337,7 @@ def test_webhooks_go_only_where_the_egress_policy_allows(live_db, downstream, re
     # metadata, is refused, naming the field.
     for url in ("http://127.0.0.2:9/hook", "http://169.254.169.254/latest", "ftp://127.0.0.1/"):
         with pytest.raises(ValidationFailed) as refused:
-            n.channel_create(
+            channel_create(
                 tenant=world.tenant,
                 name=f"bad {url}",
                 kind="webhook",
@@ -356,9 +353,9 @@ def test_webhooks_go_only_where_the_egress_policy_allows(live_db, downstream, re
     with transaction.atomic():  # claimed here, so that the shared worker never sees it due
         make_awaiting(world)
         delivery = NotificationDelivery.objects.get(channel=hook)
-        assert n.claim_deliveries(10, only=[delivery.pk]) == [delivery.pk]
+        assert lease_deliveries(10, only=[delivery.pk]) == [delivery.pk]
     settings.TOOL_URL_ALLOWLIST = "tools.example.com"
-    assert n.deliver_claimed(delivery.pk) == "failed"
+    assert deliver_leased(delivery.pk) == "failed"
     delivery.refresh_from_db()
     assert delivery.attempts == 1 and "egress refused" in delivery.last_error
     assert rec.received == []

@@ -7,7 +7,7 @@ class Migration(migrations.Migration):
     atomic = False
 
     dependencies = [
-        ("core", "0009_tool_signing_secret"),
+        ("core", "0010_notifications_move_to_their_app"),
     ]
 
     operations = [

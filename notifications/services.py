@@ -1,4 +1,4 @@
-"""Notifications: signed webhooks, Slack-compatible webhooks and e-mail (issue 12, part 5).
+"""Notifications: signed webhooks, Slack-compatible webhooks and e-mail.
 
 How a notification travels:
 
@@ -8,140 +8,47 @@ How a notification travels:
    kind. Either the change and its deliveries commit together, or neither does: no
    "approved, but nobody was told", no "told about something that rolled back". The
    time-based kinds (an action unknown for too long, a request about to expire, a request
-   over the SLA) are emitted by the periodic sweep (`runs/alerts.py`).
+   over the SLA) are emitted by the periodic sweep (`runs/alerts.py`). Domain code names a
+   kind and a subject; the console gives the link to its page (`notifications.links`).
 2. **Once each.** An event is unique per (kind, subject): the INSERT is `ON CONFLICT DO
    NOTHING`, so two sweeps racing over the same overdue action emit one event, and a later
    sweep emits nothing.
-3. **The database is the queue.** Workers claim due deliveries (`claim_deliveries`) in the
-   same drain that claims actions (`runs.engine.worker.drain`), with `FOR UPDATE SKIP LOCKED`.
-   The claim pushes `next_attempt_at` past the longest an attempt can take, which leases
-   the row to one worker: a worker that dies mid-attempt leaves it due again later. No
+3. **The database is the queue.** Workers lease due deliveries
+   (`notifications.delivery.lease_deliveries`, on the lease of `core.queue` that the
+   action engine uses too) in the same drain that leases actions
+   (`runs.engine.worker.drain`). The lease pushes `next_attempt_at` past the longest an
+   attempt can take: a worker that dies mid-attempt leaves the row due again later. No
    broker message carries a delivery; the emitter's wake-up is deduplicated
    (`runs.wakeup`).
 4. **Delivered at least once.** A 2xx (or a mail backend that accepted the message) is
    delivered; anything else is retried with exponential backoff up to
    `NOTIFY_MAX_ATTEMPTS`, then the delivery is failed (audited). A worker killed between
    the receiver's 2xx and our record re-sends it, so receivers deduplicate on the event id.
-
-Signing (webhook and Slack channels; the scheme is documented for receivers in the README):
-`X-Takeover-Signature: v1=<hex HMAC-SHA256(secret, "<timestamp>." + raw body)>`, with the
-Unix time in `X-Takeover-Timestamp`. A receiver recomputes the HMAC over the exact bytes it
-received, compares in constant time, refuses a timestamp more than 5 minutes from its clock
-(a captured request cannot be replayed later), and keeps the event ids it has seen for that
-long (a request replayed within the window is a duplicate). Each attempt is signed afresh
-with its own timestamp; the body, and the event id in it, stay the same.
-
-Quirks: the claim takes the oldest due rows first, not fairly per tenant (a tenant with a
-broken receiver retries with backoff, so it cannot hold the pool for long); the body is
-built at delivery time from what the event recorded at emission.
 """
 
-from __future__ import annotations
-
-import hashlib
-import hmac
-import json
-import logging
-import os
 import secrets
-import time
 import uuid
-from dataclasses import dataclass
-from datetime import timedelta
 from urllib.parse import urlsplit
 
-import httpx
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
-from .audit import Actor, Verb, audit
-from .errors import StateConflict, ValidationFailed
+from core.audit import Actor, Verb, audit
+from core.errors import StateConflict, ValidationFailed
+from core.models import Membership, OperatorPreference, Role, Tenant
+from core.states import Machine
+
+from . import links
+from .kinds import KINDS, TEST_KIND, roles_receiving
 from .models import (
     ChannelKind,
-    DeliveryAttempt,
     DeliveryState,
-    Membership,
     NotificationChannel,
     NotificationDelivery,
     NotificationEvent,
-    OperatorPreference,
-    Role,
-    Tenant,
 )
-from .states import Machine
-
-logger = logging.getLogger(__name__)
-
-NOTIFIER = Actor("system", "notifier")
-SIGNATURE_HEADER = "X-Takeover-Signature"
-TIMESTAMP_HEADER = "X-Takeover-Timestamp"
-SIGNATURE_TOLERANCE_SECONDS = 300
-
-# --- what can be notified -----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Kind:
-    name: str
-    label: str
-    role: str  # who it is for: e-mail goes to members holding this role
-    help: str
-
-
-KINDS = {
-    k.name: k
-    for k in [
-        Kind(
-            "approval.requested",
-            "Approval requested",
-            Role.APPROVER,
-            "an action waits for an approver",
-        ),
-        Kind(
-            "approval.sla_breached",
-            "Approval over the SLA",
-            Role.APPROVER,
-            "a request has waited longer than the tenant's approval SLA (escalation)",
-        ),
-        Kind(
-            "approval.expiring",
-            "Approval request about to expire",
-            Role.APPROVER,
-            "a pending request will expire soon, and its action will be blocked",
-        ),
-        Kind(
-            "action.needs_human",
-            "Action needs a human",
-            Role.ONCALL,
-            "reconciliation could not prove the outcome; on-call must decide",
-        ),
-        Kind(
-            "action.unknown_overdue",
-            "Unknown for too long",
-            Role.ONCALL,
-            "an action has stayed unknown longer than the tenant's threshold",
-        ),
-        Kind(
-            "replay.forced",
-            "Force replay done",
-            Role.ADMIN,
-            "an admin forced a replay of a run whose side effects may repeat",
-        ),
-    ]
-}
-TEST_KIND = "notification.test"
-
-
-def roles_receiving(role: str) -> list[str]:
-    """The membership roles that imply `role` (admin implies the other two)."""
-    return [Role.ADMIN] if role == Role.ADMIN else [role, Role.ADMIN]
-
-
-def kinds_for_roles(roles) -> list[Kind]:
-    return [k for k in KINDS.values() if k.role in roles]
-
 
 # A delivery's life, declared once (core/states.py): tried while pending (each failed try
 # schedules the next, pending → pending), then delivered or failed; an admin may send a
@@ -230,7 +137,6 @@ def emit(
     subject_type: str,
     subject_id,
     summary: str,
-    path: str = "",
     data: dict | None = None,
     channels=None,
     recipients=None,
@@ -260,7 +166,7 @@ def emit(
                 "subject_type": subject_type,
                 "subject_id": uuid.UUID(str(subject_id)),
                 "summary": summary,
-                "path": path,
+                "path": links.path_for(subject_type, subject_id),
                 "data": Jsonb(data or {}),
                 "at": now,
             },
@@ -346,7 +252,7 @@ def validate_url(url: str) -> str:
     destination the egress policy allows (TOOL_URL_ALLOWLIST, core/egress.py), like a tool's:
     a webhook is a request Takeover sends wherever an admin says, so the same rules hold.
     The address is checked again at every connection (`http_client`)."""
-    from . import egress
+    from core import egress
 
     try:
         parts = urlsplit(url)
@@ -470,7 +376,6 @@ def notification_test(channel: NotificationChannel, *, actor: Actor, email: str 
             subject_id=subject,
             summary=f"Test notification from Takeover for {channel.tenant.slug}, "
             f"channel {channel.name!r}, sent by {actor.kind}:{actor.name}.",
-            path="/notifications/",
             data={"channel": channel.name, "sent_by": actor.as_dict()},
             channels=[channel],
             recipients=[email] if email else None,
@@ -531,239 +436,3 @@ def operator_set_email_events(user, *, email: str, events) -> list[str]:
             user.save(update_fields=["email"])
         OperatorPreference.objects.update_or_create(user=user, defaults={"email_events": events})
     return events
-
-
-# --- signing ----------------------------------------------------------------------------------
-
-
-def sign(secret: str, timestamp: int, body: bytes) -> str:
-    """The signature header's value for `body` sent at `timestamp` (Unix seconds)."""
-    mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
-    return "v1=" + mac.hexdigest()
-
-
-def verify(secret: str, *, timestamp: str, signature: str, body: bytes, now=None) -> bool:
-    """What a receiver does (README, "Verifying a webhook"): the timestamp is recent and
-    one of the `v1=` signatures matches. Several are allowed, comma-separated."""
-    try:
-        sent = int(timestamp)
-    except (TypeError, ValueError):
-        return False
-    if abs((now if now is not None else time.time()) - sent) > SIGNATURE_TOLERANCE_SECONDS:
-        return False
-    expected = sign(secret, sent, body)
-    return any(hmac.compare_digest(expected, s.strip()) for s in (signature or "").split(","))
-
-
-# --- what goes over the wire --------------------------------------------------------------------
-
-
-def link(path: str) -> str:
-    return settings.CONSOLE_URL.rstrip("/") + path if path else ""
-
-
-def webhook_body(event: NotificationEvent, tenant: Tenant) -> dict:
-    return {
-        "id": str(event.pk),
-        "type": event.kind,
-        "tenant": tenant.slug,
-        "created_at": event.at.isoformat(),
-        "summary": event.summary,
-        "url": link(event.path),
-        "data": event.data,
-    }
-
-
-def slack_body(event: NotificationEvent, tenant: Tenant) -> dict:
-    """Slack's incoming-webhook format (also understood by Mattermost, Rocket.Chat and
-    others): `text` for notifications and clients without blocks, and one section."""
-    label = KINDS[event.kind].label if event.kind in KINDS else "Test"
-    url = link(event.path)
-    text = f"*{label}* ({tenant.slug}): {event.summary}"
-    if url:
-        text += f" <{url}|Open in Takeover>"
-    return {
-        "text": text,
-        "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": text}}],
-    }
-
-
-def email_message(event: NotificationEvent, tenant: Tenant) -> tuple[str, str]:
-    label = KINDS[event.kind].label if event.kind in KINDS else "Test notification"
-    subject = f"[Takeover {tenant.slug}] {label}"
-    lines = [event.summary, ""]
-    if url := link(event.path):
-        lines += [f"Open it in the console: {url}", ""]
-    lines += [f"{k}: {json.dumps(v, ensure_ascii=False)}" for k, v in event.data.items()]
-    lines += ["", "You get this because you asked for it in your Takeover preferences."]
-    return subject, "\n".join(lines)
-
-
-# --- delivering (the workers) -------------------------------------------------------------------
-
-CLAIM = """
-SELECT id FROM core_notificationdelivery
-WHERE state = 'pending' AND next_attempt_at <= %(now)s {only}
-ORDER BY next_attempt_at
-LIMIT %(limit)s
-FOR UPDATE SKIP LOCKED
-"""
-
-
-def lease() -> timedelta:
-    return timedelta(seconds=settings.NOTIFY_TIMEOUT_SECONDS + settings.NOTIFY_LEASE_GRACE_SECONDS)
-
-
-def claim_deliveries(limit: int, *, only=None) -> list[int]:
-    """Lease up to `limit` due deliveries (of `only`, when given): `next_attempt_at` is
-    pushed past the longest an attempt can take, in the claim's own transaction, so no
-    second worker sends the same row meanwhile. Returns their ids, oldest due first."""
-    if limit <= 0:
-        return []
-    now = timezone.now()
-    params = {"now": now, "limit": limit, "only": list(only or [])}
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute(CLAIM.format(only="AND id = ANY(%(only)s)" if only else ""), params)
-            ids = [row[0] for row in cursor.fetchall()]
-        if ids:
-            NotificationDelivery.objects.filter(pk__in=ids).update(next_attempt_at=now + lease())
-    return ids
-
-
-def backoff(attempt: int) -> timedelta:
-    """After the n-th failed attempt: base, 2 × base, 4 × base, …, capped."""
-    seconds = settings.NOTIFY_BACKOFF_BASE_SECONDS * 2 ** max(attempt - 1, 0)
-    return timedelta(seconds=min(seconds, settings.NOTIFY_BACKOFF_MAX_SECONDS))
-
-
-@dataclass
-class Sent:
-    ok: bool
-    status: int | None = None
-    detail: str = ""
-    give_up: bool = False
-
-
-_http: httpx.Client | None = None
-_http_pid: int | None = None
-
-
-def http_client() -> httpx.Client:
-    """The egress policy's client (core/egress.py): only allowed destinations, the resolved
-    address checked at every connection (no DNS rebinding), no proxy from the environment,
-    no redirects (a 3xx is the receiver's answer, never a way to send us elsewhere), no
-    keep-alive. Thread-safe; one per process (a forked child builds its own)."""
-    global _http, _http_pid
-    if _http is None or _http_pid != os.getpid():
-        from .egress import egress_client
-
-        _http_pid = os.getpid()
-        _http = egress_client(
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=0)
-        )
-    return _http
-
-
-def _post(channel: NotificationChannel, delivery, body: dict) -> Sent:
-    raw = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
-    timestamp = int(time.time())
-    headers = {
-        "Content-Type": "application/json",
-        "User-Agent": "Takeover-Notifications/1",
-        "X-Takeover-Event": delivery.event.kind,
-        "X-Takeover-Event-Id": str(delivery.event_id),
-        "X-Takeover-Delivery": str(delivery.pk),
-        TIMESTAMP_HEADER: str(timestamp),
-        SIGNATURE_HEADER: sign(channel.secret, timestamp, raw),
-    }
-    try:
-        response = http_client().post(
-            channel.url, content=raw, headers=headers, timeout=settings.NOTIFY_TIMEOUT_SECONDS
-        )
-    except httpx.HTTPError as exc:
-        # The egress policy refused the destination at connect time: no retry will change
-        # that (the deployer's TOOL_URL_ALLOWLIST does), so it is given up at once.
-        refused = "egress refused" in str(exc)
-        return Sent(False, detail=f"{type(exc).__name__}: {exc}"[:300], give_up=refused)
-    ok = 200 <= response.status_code < 300
-    return Sent(ok, response.status_code, response.text[:300])
-
-
-def _send(delivery: NotificationDelivery) -> Sent:
-    channel, event, tenant = delivery.channel, delivery.event, delivery.tenant
-    if not channel.enabled:
-        return Sent(False, detail="the channel was switched off", give_up=True)
-    if channel.kind == ChannelKind.WEBHOOK:
-        return _post(channel, delivery, webhook_body(event, tenant))
-    if channel.kind == ChannelKind.SLACK:
-        return _post(channel, delivery, slack_body(event, tenant))
-    from django.core.mail import send_mail
-
-    subject, text = email_message(event, tenant)
-    try:
-        send_mail(subject, text, settings.DEFAULT_FROM_EMAIL, [delivery.recipient])
-    except Exception as exc:  # SMTP errors, refused connections, a bad address: retried
-        return Sent(False, detail=f"{type(exc).__name__}: {exc}"[:300])
-    return Sent(True, detail=f"accepted by {settings.EMAIL_BACKEND.rsplit('.', 2)[-2]}")
-
-
-def deliver_claimed(delivery_id) -> str:
-    """Send one claimed delivery (no transaction or lock open meanwhile) and record how it
-    went. Returns the delivery's state afterwards."""
-    delivery = (
-        NotificationDelivery.objects.select_related("channel", "event", "tenant")
-        .filter(pk=delivery_id)
-        .first()
-    )
-    if delivery is None or delivery.state != DeliveryState.PENDING:
-        return delivery.state if delivery else ""
-    started = time.monotonic()
-    at = timezone.now()
-    result = _send(delivery)
-    return record_attempt(delivery, result, at=at, duration=time.monotonic() - started)
-
-
-def record_attempt(delivery: NotificationDelivery, result: Sent, *, at, duration: float) -> str:
-    """The attempt's row and the delivery's next step, together. Conditional on the
-    delivery being as we claimed it: if our lease ran out and another worker recorded an
-    attempt meanwhile, ours is dropped (the receiver deduplicates on the event id)."""
-    number = delivery.attempts + 1
-    now = timezone.now()
-    if result.ok:
-        state, changes = DeliveryState.DELIVERED, {"delivered_at": now, "next_attempt_at": None}
-    elif result.give_up or number >= delivery.attempts_allowed:
-        state, changes = DeliveryState.FAILED, {"next_attempt_at": None}
-    else:
-        state, changes = DeliveryState.PENDING, {"next_attempt_at": now + backoff(number)}
-    with transaction.atomic():
-        moved = delivery_move(
-            delivery,
-            state,
-            actor=NOTIFIER,
-            attempts=number,
-            reason="" if result.ok else result.detail,
-            last_status=result.status,
-            last_error="" if result.ok else result.detail,
-            **changes,
-        )
-        if not moved:
-            return DeliveryState.PENDING
-        DeliveryAttempt.objects.create(
-            delivery=delivery,
-            number=number,
-            at=at,
-            ok=result.ok,
-            status=result.status,
-            detail=result.detail,
-            duration_ms=int(duration * 1000),
-        )
-    logger.info(
-        "notification %s (%s → %s): %s after %d attempt(s)",
-        delivery.pk,
-        delivery.event.kind,
-        delivery.channel.name,
-        state,
-        number,
-    )
-    return state

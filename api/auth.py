@@ -10,6 +10,7 @@ from datetime import timedelta
 from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
 from core.access import TENANT_HEADER, operator_viewer, principal_viewer
@@ -90,3 +91,28 @@ class ConsoleSessionAuthentication(authentication.SessionAuthentication):
         user, _ = result
         slug = request.headers.get(TENANT_HEADER) or request._request.session.get("tenant")
         return operator_viewer(user, slug).into_log_context(), None
+
+
+# --- their OpenAPI descriptions (drf-spectacular registers these when this module loads,
+# which DRF does to authenticate anything, the schema included) ---------------------------
+
+
+class BearerTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "api.auth.BearerTokenAuthentication"
+    name = "bearerAuth"
+
+    def get_security_definition(self, auto_schema):
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "A principal's or operator's API token. Operators in several "
+            "tenants add `X-Takeover-Tenant: <slug>`.",
+        }
+
+
+class ConsoleSessionScheme(OpenApiAuthenticationExtension):
+    target_class = "api.auth.ConsoleSessionAuthentication"
+    name = "consoleSession"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "apiKey", "in": "cookie", "name": "sessionid"}

@@ -1,0 +1,365 @@
+"""Proposing an action, reading one (optionally waiting for it to settle), a person's
+decisions on it, the queue and the idempotency conflicts, and bulk decisions."""
+
+import time
+
+from django.conf import settings
+from django.http import Http404
+from drf_spectacular.utils import extend_schema
+from rest_framework.decorators import api_view
+from rest_framework.response import Response
+
+from api import resources, schema, serializers
+from api.permissions import require_operator, require_principal
+from api.schema import errors_for, ok
+from core.errors import ValidationFailed
+from core.models import Role, Tool
+from runs import decisions, presenters, selectors
+from runs.models import (
+    IdempotencyConflict,
+)
+from runs.propose import action_propose
+from runs.states import IN_PROGRESS, OPEN_FOR_HUMANS
+from runs.waits import WaitRefused, waiters
+
+from .common import (
+    JSON_NUMBER,
+    IdempotencyKeyMissing,
+    body_object,
+    choice_param,
+    csv_param,
+    idempotency_key,
+    page,
+    valid,
+)
+
+# --- actions ---------------------------------------------------------------------------
+
+
+def _names_read_only_tool(request, principal) -> bool:
+    """Whether the body names a tool of this tenant declared read_only. Asked only when the
+    Idempotency-Key header is missing, before anything else is validated, so that every
+    other proposal without one is the 400 it always was."""
+    data = request.data
+    name = data.get("tool") if isinstance(data, dict) else None
+    return isinstance(name, str) and (
+        Tool.objects.filter(tenant_id=principal.tenant_id, name=name, effect="read_only").exists()
+    )
+
+
+@extend_schema(
+    operation_id="actions_propose",
+    request=serializers.ActionProposeIn,
+    parameters=[schema.IDEMPOTENCY_KEY],
+    responses={
+        **ok(
+            201, resources.ActionOut, "A new action; its `state` and `block_reason` tell the rest."
+        ),
+        **ok(200, resources.ActionOut, "A ledger hit: the existing action, `replayed: true`."),
+        **errors_for(
+            404,
+            409,
+            411,
+            413,
+            415,
+            422,
+            slugs={400: ["validation-error", "idempotency-key-missing"], 409: ["run-not-running"]},
+        ),
+    },
+)
+@api_view(["POST"])
+def propose(request, pk):
+    principal = require_principal(request)
+    # A side-effecting proposal must carry a key (README, "Idempotency keys"). A read_only
+    # tool's may omit it: a read takes no ledger key space (runs.propose._read_action_create).
+    key = idempotency_key(
+        request,
+        required="Idempotency-Key" in request.headers
+        or not _names_read_only_tool(request, principal),
+    )
+    fields = valid(serializers.ActionProposeIn, body_object(request))
+    # One read: the run, the tool and the key's live entry with its action. A ledger hit is
+    # answered from it without another query and without writing anything.
+    found = selectors.propose_lookup(
+        run_id=pk, principal=principal, tool_name=fields["tool"], key=key
+    )
+    if found.run is None:
+        raise Http404
+    if found.tool is None:
+        raise ValidationFailed(
+            "Unknown tool.", {"tool": [f"No tool named {fields['tool']!r} in this tenant."]}
+        )
+    if key is None and found.tool.effect != "read_only":  # re-declared since the peek above
+        raise IdempotencyKeyMissing()
+    action, created, changed = action_propose(
+        run=found.run,
+        tool=found.tool,
+        target=fields["target"],
+        desired_state=fields["desired_state"],
+        expected_version=fields["expected_version"],
+        idempotency_key=key,
+        approval_id=fields["approval_id"],
+        reason=(fields.get("reason") or "").strip(),
+        actor=request.user.actor,
+        known=found,
+    )
+    if created:
+        resource = presenters.action_resource(
+            action,
+            tenant=principal.tenant.slug,
+            principal=principal.name,
+            tool=found.tool.name,
+            claimed_by=None,
+            attempts=[],
+            reconciliations=[],
+        )
+    elif found.action is not None and action.pk == found.action.pk:
+        resource = found.resource
+    else:  # lost a race for a new key: the winner's action, read now
+        resource = selectors.action_view(action.pk)[1]
+    resource["replayed"], resource["content_changed"] = not created, changed
+    return Response(resource, status=201 if created else 200)
+
+
+def wait_for_settle(request, view, seconds: float):
+    """Hold the request until the action leaves the in-progress states or `seconds` pass.
+
+    No poll loop: the request sleeps on an event that the process's LISTEN thread sets when
+    the action's settling transaction commits (`runs.waits`). Over the per-principal or
+    per-process cap it answers at once with the current state."""
+    caller = request.user
+    action, _ = view
+    key = ("principal", caller.principal.pk) if caller.is_principal else ("user", caller.user.pk)
+    try:
+        event = waiters.register(action.pk, key)
+    except WaitRefused:
+        request.wait_refused = True
+        return view
+    try:
+        deadline = time.monotonic() + seconds
+        # Read again now that we listen: a settle between the first read and here is seen.
+        view = action_view_for(caller, action.pk)
+        while view[0].state in IN_PROGRESS:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not event.wait(remaining):
+                break
+            event.clear()
+            view = action_view_for(caller, action.pk)
+    finally:
+        waiters.unregister(action.pk, key, event)
+    return view
+
+
+def action_view_for(caller, pk):
+    if caller.is_principal:
+        view = selectors.action_view(pk, principal_id=caller.principal.pk)
+    else:
+        view = selectors.action_view(pk, tenant_id=caller.tenant.pk)
+    if view is None:
+        raise Http404
+    return view
+
+
+@extend_schema(
+    operation_id="actions_retrieve",
+    request=None,
+    parameters=[
+        schema.query(
+            "wait",
+            "Hold the request up to this many seconds (0–30) while the action is queued, "
+            "dispatching or unknown. Over the server's cap of concurrent waits it answers "
+            "at once with the current state and `Retry-After` (seconds before asking again).",
+            {"type": "number", "minimum": 0, "maximum": 30},
+        )
+    ],
+    responses={
+        **ok(200, resources.ActionOut, "The action; with `Retry-After` when a wait was refused."),
+        **errors_for(404),
+    },
+)
+@api_view(["GET"])
+def action_detail(request, pk):
+    view = action_view_for(request.user, pk)
+    wait = request.query_params.get("wait")
+    if wait is not None:
+        try:
+            # A JSON number (what the schema's `number` means); float() alone would also
+            # take "1_0", "nan", " 5".
+            if len(wait) > 32 or not JSON_NUMBER.fullmatch(wait):
+                raise ValueError
+            seconds = float(wait)
+            if not 0 <= seconds <= settings.ACTION_WAIT_MAX_SECONDS:
+                raise ValueError
+        except ValueError as exc:
+            raise ValidationFailed(
+                "Bad wait.", {"wait": ["A number of seconds from 0 to 30."]}
+            ) from exc
+        if seconds and view[0].state in IN_PROGRESS:
+            view = wait_for_settle(request, view, seconds)
+    response = Response(view[1])
+    if getattr(request, "wait_refused", False):
+        # Over the cap of concurrent waits: answered at once; ask again in a second.
+        response["Retry-After"] = "1"
+    return response
+
+
+@extend_schema(
+    operation_id="actions_reconcile",
+    request=None,
+    responses={**ok(200, resources.ActionOut), **errors_for(404, 409, 411, 413, 415)},
+)
+@api_view(["POST"])
+def action_reconcile(request, pk):
+    require_operator(request, Role.ONCALL)
+    action = selectors.action_for(request.user, pk, with_history=True)
+    decisions.action_recheck(action.pk, actor=request.user.actor)
+    return Response(
+        presenters.action_dict(selectors.action_for(request.user, pk, with_history=True))
+    )
+
+
+@extend_schema(
+    operation_id="actions_resolve",
+    request=serializers.ResolveIn,
+    responses={**ok(200, resources.ActionOut), **errors_for(404, 409, 411, 413, 415)},
+)
+@api_view(["POST"])
+def action_resolve(request, pk):
+    require_operator(request, Role.ONCALL)
+    action = selectors.action_for(request.user, pk, with_history=True)
+    fields = valid(serializers.ResolveIn, body_object(request))
+    decisions.action_resolve(
+        action,
+        outcome=fields["outcome"],
+        reason=fields["reason"],
+        actor=request.user.actor,
+        based_on_read=fields["based_on_read"],
+        take_over=fields["take_over"],
+    )
+    return Response(
+        presenters.action_dict(selectors.action_for(request.user, pk, with_history=True))
+    )
+
+
+@extend_schema(
+    request=serializers.AcknowledgeIn,
+    responses={**ok(200, resources.ActionOut), **errors_for(404, 409, 411, 413, 415)},
+)
+@api_view(["POST"])
+def action_acknowledge(request, pk):
+    """Acknowledge a blocked action (on-call): it leaves the queue, stays findable. 409
+    `state-conflict` unless it is blocked and not yet acknowledged."""
+    require_operator(request, Role.ONCALL)
+    action = selectors.action_for(request.user, pk, with_history=True)
+    fields = valid(serializers.AcknowledgeIn, body_object(request) if request.body else {})
+    decisions.action_acknowledge(action, note=fields["note"].strip(), actor=request.user.actor)
+    return Response(
+        presenters.action_dict(selectors.action_for(request.user, pk, with_history=True))
+    )
+
+
+@extend_schema(
+    operation_id="idempotency_conflicts_list",
+    request=None,
+    parameters=[schema.CURSOR],
+    responses={**ok(200, schema.page_of(resources.IdempotencyConflictOut)), **errors_for()},
+)
+@api_view(["GET"])
+def idempotency_conflicts(request):
+    """Every proposal refused with 422 idempotency-conflict, newest first (operators)."""
+    caller = require_operator(request)
+    qs = IdempotencyConflict.objects.filter(tenant=caller.tenant).select_related("principal")
+    return page(
+        request,
+        qs,
+        lambda c: {
+            "id": c.pk,
+            "at": c.at.isoformat(),
+            "principal": c.principal.name,
+            "key": c.key,
+            "existing_action": str(c.existing_action_id) if c.existing_action_id else None,
+            "attempted": c.attempted,
+            "request_id": c.request_id,
+        },
+        field="at",
+    )
+
+
+@extend_schema(
+    operation_id="queue_list",
+    request=None,
+    parameters=[
+        schema.csv_query("state", "Default: all four.", OPEN_FOR_HUMANS),
+        schema.csv_query("tool", "Only these tools (names).", pattern=schema.TOOL_NAME),
+        schema.query("order", "`oldest` for oldest first (the console's order).", enum=["oldest"]),
+        schema.CURSOR,
+    ],
+    responses={**ok(200, schema.page_of(resources.ActionOut)), **errors_for()},
+)
+@api_view(["GET"])
+def queue(request):
+    caller = require_operator(request)
+    states = csv_param(request, "state", OPEN_FOR_HUMANS) or OPEN_FOR_HUMANS
+    # Acknowledged blocked actions have left the queue; GET /actions/{id} still has them.
+    tools = csv_param(request, "tool", pattern=schema.TOOL_NAME)
+    qs = selectors.open_queue(
+        caller.tenant_ids,
+        states=states,
+        tool_ids=selectors.tool_ids(caller.tenant_ids, tools) if tools else None,
+    )
+    qs = selectors.with_attempts_and_reads(qs)
+    oldest = choice_param(request, "order", ["oldest"]) == "oldest"
+    return page(request, qs, presenters.action_dict, newest_first=not oldest)
+
+
+# --- bulk decisions with a preview -------------------------------------------------------------
+
+
+def _bulk_args(request, serializer):
+    viewer = require_operator(request)
+    fields = valid(serializer, body_object(request))
+    return (
+        viewer,
+        {
+            "viewer": viewer,
+            "operation": fields["operation"],
+            "ids": fields["ids"],
+            "outcome": fields["outcome"] or "",
+            "reason": fields["reason"],
+            "force": fields["force"],
+        },
+        fields,
+    )
+
+
+@extend_schema(
+    operation_id="bulk_preview",
+    request=resources.BulkIn,
+    responses={**ok(200, resources.BulkPlanOut), **errors_for(411, 413, 415)},
+)
+@api_view(["POST"])
+def bulk_preview(request):
+    """What resolving or re-checking these actions, or replaying these runs, would do, item
+    by item, without doing any of it. Items the caller cannot see, or may not act on, are
+    in the plan with `will: skip` and the reason."""
+    from runs import bulk
+
+    _viewer, args, _ = _bulk_args(request, serializers.BulkIn)
+    return Response(bulk.bulk_plan(**args).as_dict())
+
+
+@extend_schema(
+    operation_id="bulk_apply",
+    request=resources.BulkApplyIn,
+    responses={**ok(200, resources.BulkResultOut), **errors_for(409, 411, 413, 415)},
+)
+@api_view(["POST"])
+def bulk_apply(request):
+    """Do what the preview with this `signature` said. 409 `state-conflict` (with the new
+    `plan`) when the plan is not that one any more: nothing was done. Each decision is
+    audited by its own service, and the batch as `bulk.apply`."""
+    from runs import bulk
+
+    _viewer, args, fields = _bulk_args(request, serializers.BulkApplyIn)
+    plan, results = bulk.bulk_apply(signature=fields["signature"], **args)
+    return Response({"plan": plan.as_dict(), "results": [r.as_dict() for r in results]})

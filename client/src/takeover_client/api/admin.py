@@ -1,0 +1,344 @@
+"""The operations of Takeover's HTTP API v1 on admin, typed.
+
+Generated from the OpenAPI schema by client/generate.py: do not edit by hand."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from .. import models
+from .._model import UNSET
+
+
+class AdminOperations:
+    """`client.api.<operation>` for admin: `Api` and `AsyncApi` inherit these."""
+
+    def approval_requests_deny(self, id: str, *, reason: str) -> models.ApprovalRequestOut:
+        """POST /api/v1/approval-requests/{id}/deny"""
+        return self._call(
+            "POST",
+            "/approval-requests/{id}/deny",
+            {"id": id},
+            query={},
+            headers={},
+            body={"reason": reason},
+            returns={200: models.ApprovalRequestOut},
+        )
+
+    def approval_requests_grant(
+        self, id: str, *, ttl_seconds: float | None = UNSET
+    ) -> models.ApprovalOut:
+        """POST /api/v1/approval-requests/{id}/grant"""
+        return self._call(
+            "POST",
+            "/approval-requests/{id}/grant",
+            {"id": id},
+            query={},
+            headers={},
+            body={"ttl_seconds": ttl_seconds},
+            returns={201: models.ApprovalOut},
+        )
+
+    def approval_requests_list(
+        self,
+        *,
+        cursor: str = UNSET,
+        state: list[Literal["pending", "granted", "denied", "expired"]] = UNSET,
+    ) -> models.ApprovalRequestPage:
+        """GET /api/v1/approval-requests"""
+        return self._call(
+            "GET",
+            "/approval-requests",
+            {},
+            query={"cursor": cursor, "state": state},
+            headers={},
+            body=None,
+            returns={200: models.ApprovalRequestPage},
+        )
+
+    def approvals_create(
+        self,
+        *,
+        principal: str,
+        tool: str,
+        target: str,
+        desired_state: dict[str, Any],
+        expected_version: int | None = UNSET,
+        ttl_seconds: float | None = UNSET,
+    ) -> models.ApprovalOut:
+        """POST /api/v1/approvals"""
+        return self._call(
+            "POST",
+            "/approvals",
+            {},
+            query={},
+            headers={},
+            body={
+                "principal": principal,
+                "tool": tool,
+                "target": target,
+                "desired_state": desired_state,
+                "expected_version": expected_version,
+                "ttl_seconds": ttl_seconds,
+            },
+            returns={201: models.ApprovalOut},
+        )
+
+    def approvals_list(self, *, cursor: str = UNSET) -> models.ApprovalPage:
+        """GET /api/v1/approvals"""
+        return self._call(
+            "GET",
+            "/approvals",
+            {},
+            query={"cursor": cursor},
+            headers={},
+            body=None,
+            returns={200: models.ApprovalPage},
+        )
+
+    def approvals_retrieve(self, id: str) -> models.ApprovalOut:
+        """GET /api/v1/approvals/{id}"""
+        return self._call(
+            "GET",
+            "/approvals/{id}",
+            {"id": id},
+            query={},
+            headers={},
+            body=None,
+            returns={200: models.ApprovalOut},
+        )
+
+    def approvals_revoke(self, id: str, *, reason: str) -> models.ApprovalOut:
+        """POST /api/v1/approvals/{id}/revoke"""
+        return self._call(
+            "POST",
+            "/approvals/{id}/revoke",
+            {"id": id},
+            query={},
+            headers={},
+            body={"reason": reason},
+            returns={200: models.ApprovalOut},
+        )
+
+    def audit_list(
+        self, *, actor: str = UNSET, cursor: str = UNSET, object: str = UNSET, verb: str = UNSET
+    ) -> models.AuditEventPage:
+        """GET /api/v1/audit"""
+        return self._call(
+            "GET",
+            "/audit",
+            {},
+            query={"actor": actor, "cursor": cursor, "object": object, "verb": verb},
+            headers={},
+            body=None,
+            returns={200: models.AuditEventPage},
+        )
+
+    def ledger_list(
+        self, *, cursor: str = UNSET, key: str = UNSET, tool: str = UNSET
+    ) -> models.LedgerEntryPage:
+        """GET /api/v1/ledger"""
+        return self._call(
+            "GET",
+            "/ledger",
+            {},
+            query={"cursor": cursor, "key": key, "tool": tool},
+            headers={},
+            body=None,
+            returns={200: models.LedgerEntryPage},
+        )
+
+    def ledger_revoke(self, id: str, *, reason: str) -> models.LedgerEntryOut:
+        """POST /api/v1/ledger/{id}/revoke"""
+        return self._call(
+            "POST",
+            "/ledger/{id}/revoke",
+            {"id": id},
+            query={},
+            headers={},
+            body={"reason": reason},
+            returns={200: models.LedgerEntryOut},
+        )
+
+    def principals_create(self, *, name: str) -> models.PrincipalCreatedOut:
+        """POST /api/v1/principals"""
+        return self._call(
+            "POST",
+            "/principals",
+            {},
+            query={},
+            headers={},
+            body={"name": name},
+            returns={201: models.PrincipalCreatedOut},
+        )
+
+    def tokens_create(
+        self,
+        *,
+        principal: str | None = UNSET,
+        operator: str | None = UNSET,
+        name: str | None = UNSET,
+        expires_in_seconds: float | None = UNSET,
+    ) -> models.TokenCreatedOut:
+        """POST /api/v1/tokens: Tokens. Any operator lists and issues their own (no owner in the
+        body); an admin lists the tenant's and issues a principal's. Nobody receives another
+        operator's secret."""
+        return self._call(
+            "POST",
+            "/tokens",
+            {},
+            query={},
+            headers={},
+            body={
+                "principal": principal,
+                "operator": operator,
+                "name": name,
+                "expires_in_seconds": expires_in_seconds,
+            },
+            returns={201: models.TokenCreatedOut},
+        )
+
+    def tokens_list(
+        self, *, cursor: str = UNSET, state: Literal["active", "expired", "revoked"] = UNSET
+    ) -> models.TokenPage:
+        """GET /api/v1/tokens: Tokens. Any operator lists and issues their own (no owner in the
+        body); an admin lists the tenant's and issues a principal's. Nobody receives another
+        operator's secret."""
+        return self._call(
+            "GET",
+            "/tokens",
+            {},
+            query={"cursor": cursor, "state": state},
+            headers={},
+            body=None,
+            returns={200: models.TokenPage},
+        )
+
+    def tokens_revoke(self, id: str, *, reason: str | None = UNSET) -> models.TokenOut:
+        """POST /api/v1/tokens/{id}/revoke"""
+        return self._call(
+            "POST",
+            "/tokens/{id}/revoke",
+            {"id": id},
+            query={},
+            headers={},
+            body={"reason": reason},
+            returns={200: models.TokenOut},
+        )
+
+    def tokens_rotate(
+        self,
+        id: str,
+        *,
+        expires_in_seconds: float | None = UNSET,
+        overlap_seconds: float | None = UNSET,
+        reason: str | None = UNSET,
+    ) -> models.TokenCreatedOut | models.TokenOut:
+        """POST /api/v1/tokens/{id}/rotate: Your own token, or (admin) a principal's: 201 with
+        its successor, shown once. (Admin) another operator's token: it is revoked at once and
+        there is no successor (200, the revoked token): a person's credentials are theirs
+        alone."""
+        return self._call(
+            "POST",
+            "/tokens/{id}/rotate",
+            {"id": id},
+            query={},
+            headers={},
+            body={
+                "expires_in_seconds": expires_in_seconds,
+                "overlap_seconds": overlap_seconds,
+                "reason": reason,
+            },
+            returns={201: models.TokenCreatedOut, 200: models.TokenOut},
+        )
+
+    def tools_create(
+        self,
+        *,
+        name: str,
+        base_url: str,
+        effect: models.EffectEnum | None = UNSET,
+        lookup: bool | None = UNSET,
+        requires_approval: bool | None = UNSET,
+        identity_fields: list[str] | None = UNSET,
+        timeout_seconds: float | None = UNSET,
+    ) -> models.ToolCreatedOut:
+        """POST /api/v1/tools"""
+        return self._call(
+            "POST",
+            "/tools",
+            {},
+            query={},
+            headers={},
+            body={
+                "name": name,
+                "base_url": base_url,
+                "effect": effect,
+                "lookup": lookup,
+                "requires_approval": requires_approval,
+                "identity_fields": identity_fields,
+                "timeout_seconds": timeout_seconds,
+            },
+            returns={201: models.ToolCreatedOut},
+        )
+
+    def tools_declare(
+        self,
+        name: str,
+        *,
+        reason: str,
+        effect: models.EffectEnum | None = UNSET,
+        lookup: bool | None = UNSET,
+    ) -> models.ToolOut:
+        """POST /api/v1/tools/{name}/declaration: Change what a tool declares it is: `effect`
+        and/or `lookup`, with a `reason`. Admin."""
+        return self._call(
+            "POST",
+            "/tools/{name}/declaration",
+            {"name": name},
+            query={},
+            headers={},
+            body={"effect": effect, "lookup": lookup, "reason": reason},
+            returns={200: models.ToolOut},
+        )
+
+    def tools_list(self, *, cursor: str = UNSET) -> models.ToolPage:
+        """GET /api/v1/tools"""
+        return self._call(
+            "GET",
+            "/tools",
+            {},
+            query={"cursor": cursor},
+            headers={},
+            body=None,
+            returns={200: models.ToolPage},
+        )
+
+    def tools_retrieve(self, name: str) -> models.ToolOut:
+        """GET /api/v1/tools/{name}: One tool, by name, with its declarations (`effect`,
+        `lookup`) and who made them; to a principal without its `base_url`, as in the list."""
+        return self._call(
+            "GET",
+            "/tools/{name}",
+            {"name": name},
+            query={},
+            headers={},
+            body=None,
+            returns={200: models.ToolOut},
+        )
+
+    def tools_rotate_secret(
+        self, name: str, *, overlap_seconds: float | None = UNSET, reason: str | None = UNSET
+    ) -> models.ToolCreatedOut:
+        """POST /api/v1/tools/{name}/rotate-secret: A new signing secret for the tool (admin,
+        audited as `tool.rotate_secret`). With `overlap_seconds`, requests carry a signature
+        with the old secret too until then, so the tool can switch without refusing a call."""
+        return self._call(
+            "POST",
+            "/tools/{name}/rotate-secret",
+            {"name": name},
+            query={},
+            headers={},
+            body={"overlap_seconds": overlap_seconds, "reason": reason},
+            returns={201: models.ToolCreatedOut},
+        )
