@@ -108,7 +108,10 @@ CODE = [
     p
     for pattern in ("*.py", "*.html", "*.js", "*.css")
     for p in ROOT.glob(f"**/{pattern}")
-    if not {".venv", "var", "node_modules", ".git"} & set(p.relative_to(ROOT).parts)
+    # The virtualenvs `make` builds beside the code (.venv, .venv-tools, .venv-deploy) are
+    # not the project's code.
+    if not {".venv", ".venv-tools", ".venv-deploy", "var", "node_modules", ".git"}
+    & set(p.relative_to(ROOT).parts)
 ]
 
 
