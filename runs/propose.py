@@ -33,7 +33,7 @@ from ledger.services import (
     ledger_set_status,
 )
 
-from . import alerts
+from . import alerts, origin
 from .models import Action, Run
 from .moves import enqueue_dispatch
 from .states import ActionState, RunStatus
@@ -323,6 +323,7 @@ def _read_action_create(
                 "effect": ToolEffect.READ_ONLY,
                 "ledger": None,
                 "declaration": tool.declaration,
+                **origin.as_dict(),
             },
         )
         if state == ActionState.QUEUED:
@@ -369,7 +370,10 @@ def _new_action(
     block_reason="",
 ) -> Action:
     """The proposal's action, unsaved (`entry`: its ledger entry; None for a read)."""
+    source, client = origin.current()
     return Action(
+        origin=source,
+        client=client,
         id=action_id,
         tenant=run.tenant,
         run=run,
@@ -406,6 +410,7 @@ def _proposal_events(entry, action: Action, *, actor: Actor) -> list[AuditEvent]
                     "block_reason": action.block_reason or None,
                     "idempotency_key": entry.key,
                     "approval_id": str(action.approval_id) if action.approval_id else None,
+                    **origin.as_dict(),
                 },
             )
         ),

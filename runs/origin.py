@@ -1,0 +1,33 @@
+"""Where a proposal came from (SPEC §10: the console shows API, MCP or CLI, and the audit
+names the MCP client). A context variable, set by whoever receives the request — the MCP
+gateway (`mcp` and the client's name), a request whose User-Agent is the takeover CLI
+(`cli`) — and read by `runs.propose` when it builds the action and its audit event. The
+API's default is `api`."""
+
+import contextvars
+from contextlib import contextmanager
+
+API, MCP, CLI = "api", "mcp", "cli"
+ORIGINS = (API, MCP, CLI)
+
+origin_var: contextvars.ContextVar[tuple[str, str]] = contextvars.ContextVar(
+    "takeover_origin", default=(API, "")
+)
+
+
+@contextmanager
+def proposing_from(origin: str, client: str = ""):
+    token = origin_var.set((origin, client[:200]))
+    try:
+        yield
+    finally:
+        origin_var.reset(token)
+
+
+def current() -> tuple[str, str]:
+    return origin_var.get()
+
+
+def as_dict() -> dict:
+    origin, client = origin_var.get()
+    return {"origin": origin, "client": client or None}
