@@ -15,6 +15,7 @@ functions: the SDK's handlers (`gateway/server.py`) run them in the request's ow
 """
 
 import hashlib
+import json
 import re
 import threading
 import time
@@ -36,6 +37,8 @@ from core.models import Tool, ToolEffect, ToolKind
 from runs import origin, selectors
 from runs.mcp_tools import split_arguments
 from runs.models import Run
+from runs.engine.dispatch import action_dispatch
+from runs.engine.mcp import take_answer
 from runs.propose import action_propose
 from runs.runtime import run_start
 from runs.states import IN_PROGRESS, ActionState, RunStatus, Trigger
@@ -323,6 +326,14 @@ FAILURES = {
 }
 
 
+def _parsed(text: str):
+    """A tool's answer as JSON when it is JSON (an HTTP tool's `{"state", "version"}`)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
 def result_for(resource: dict, *, replayed: bool, changed: bool) -> dict:
     """A CallToolResult (as a dict) from the action's resource."""
     state = resource["state"]
@@ -341,7 +352,7 @@ def result_for(resource: dict, *, replayed: bool, changed: bool) -> dict:
         "resolution": resource.get("resolution"),
     }
     if answer:
-        structured["answer"] = answer
+        structured["answer"] = _parsed(answer)
     if state in WORDS:
         text = WORDS[state]
     elif state == ActionState.FAILED:
@@ -417,8 +428,19 @@ def call_tool(caller: Caller, name: str, arguments: dict | None, meta: dict) -> 
         return Outcome(tool_error(f"{exc} Start a new run, or leave out {RUN_META!r}."))
     if action.state == ActionState.AWAITING_APPROVAL:
         return Outcome(awaiting={"action": str(action.pk), "link": approval_link(caller, action.pk)})
+    upstream = None
+    if tool.effect == ToolEffect.READ_ONLY and action.state == ActionState.QUEUED:
+        # A read passes through: dispatched here, in this request's thread, by the engine's
+        # own claim and settle (a worker that claims it first wins, and we wait instead).
+        action_dispatch(action.pk)
+        upstream = take_answer(action.pk)
     _, resource = wait_for(caller, action.pk, settings.MCP_CALL_WAIT_SECONDS)
-    return Outcome(result_for(resource, replayed=not created, changed=changed))
+    result = result_for(resource, replayed=not created, changed=changed)
+    if upstream is not None and resource["state"] == ActionState.SUCCEEDED:
+        result["content"] = upstream.get("content") or result["content"]
+        if upstream.get("structuredContent") is not None:
+            result["structuredContent"]["answer"] = upstream["structuredContent"]
+    return Outcome(result)
 
 
 # --- approvals: the requestState round trip ------------------------------------------------

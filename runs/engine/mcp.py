@@ -21,6 +21,7 @@ MCP server can refuse a call that did not come through Takeover.
 """
 
 import json
+import threading
 import time
 import uuid
 
@@ -46,6 +47,17 @@ PROTOCOL_VERSION = "2026-07-28"
 KEY_META = "io.takeover/idempotency-key"
 ACTION_META = "io.takeover/action"
 REFUSED_BEFORE_WORK = {MCP_INVALID_PARAMS, METHOD_NOT_FOUND, UNSUPPORTED_PROTOCOL_VERSION, -32600}
+
+
+# The whole answer of the last apply in this thread, by action id, for whoever dispatched it
+# in-line and wants more than the 300 characters an attempt keeps (the MCP gateway passes a
+# read-only tool's result through: gateway/calls.py). Taken once; never shared across threads.
+_answers = threading.local()
+
+
+def take_answer(action_id) -> dict | None:
+    answers = getattr(_answers, "by_action", None) or {}
+    return answers.pop(str(action_id), None)
 
 
 class Unreadable(Exception):
@@ -171,6 +183,7 @@ def call_tool(action) -> protocol.CallResult:
             status,
             f"the tool answered isError: {_result_text(result)}"[:300],
         )
+    _answers.by_action = {str(action.pk): result}  # only the latest: nothing accumulates
     return protocol.CallResult(AttemptOutcome.APPLIED, status, _result_text(result)[:300])
 
 
@@ -274,3 +287,12 @@ def list_tools(url: str, *, timeout: float = 10) -> list[dict]:
         if not cursor:
             break
     return tools
+
+
+def listing_for(url: str, tool_name: str, *, timeout: float = 10) -> dict:
+    """The upstream's `tools/list` entry for one tool (for `mcp_tool_register`); ValueError
+    in words when the server cannot be listed or has no such tool."""
+    for entry in list_tools(url, timeout=timeout):
+        if entry.get("name") == tool_name:
+            return entry
+    raise ValueError(f"the MCP server at {url} lists no tool named {tool_name!r}")

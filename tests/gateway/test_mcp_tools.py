@@ -1,0 +1,79 @@
+"""MCP servers as tools (SPEC §6, "MCP tools"): apply is tools/call with the key in _meta; a
+cut stream is unknown, reconciled through the declared read tool, never re-sent; the
+upstream's hints are suggestions an admin confirms."""
+
+import uuid
+
+from core.services import tool_declare
+from runs.models import Action
+
+from ..builders import SETUP
+from .conftest import mcp_client, register_mcp_tool, run
+
+
+def test_hints_are_suggestions_and_the_upstream_schema_is_listed(world, demo_mcp, mcp_url):
+    tickets = register_mcp_tool(world, demo_mcp, "ticket_status", "update_ticket")
+    mail = register_mcp_tool(
+        world,
+        demo_mcp,
+        "mail",
+        "send_email",
+        target_argument="to",
+        mcp={"lookup_tool": "find_effect"},
+    )
+    assert tickets.effect == "unsafe" and tickets.mcp["suggested"] is None
+    assert mail.effect == "unsafe" and mail.mcp["suggested"] == "idempotent"  # not applied
+    assert mail.lookup is True
+    tool_declare(mail, actor=SETUP, reason="the outbox dedups by key", effect="idempotent")
+
+    async def go():
+        async with mcp_client(mcp_url, world.agent.token) as c:
+            return await c.list_tools()
+
+    tools = {t.name: t for t in run(go).tools}
+    assert tools["ticket_status"].input_schema["required"] == ["ticket_id", "status"]
+    assert tools["ticket_status"].annotations.destructive_hint is True
+    assert tools["mail"].annotations.idempotent_hint is True
+
+
+def test_a_cut_stream_is_reconciled_and_never_sent_twice(world, worker, demo_mcp, mcp_url):
+    register_mcp_tool(world, demo_mcp, "ticket_status", "update_ticket")
+    ticket = f"M-{uuid.uuid4().hex[:8]}"
+    args = {"ticket_id": ticket, "status": "closed", "note": "done"}
+    before = demo_mcp.control("stats")
+    demo_mcp.control("fault", {"mode": "cut_after_commit", "count": 1})
+
+    async def go():
+        async with mcp_client(mcp_url, world.agent.token) as c:
+            first = await c.call_tool("ticket_status", args)
+            again = await c.call_tool("ticket_status", args)
+            return first, again
+
+    first, again = run(go)
+    after = demo_mcp.control("stats")
+    assert after["cut_streams"] == before["cut_streams"] + 1
+    assert after["effects"] == before["effects"] + 1  # applied once, never re-sent
+    assert after["duplicates"] == before["duplicates"]
+    assert first.structured_content["state"] == "succeeded", first
+    assert first.structured_content["resolution"] == "reconciled"
+    assert again.structured_content["replayed"] is True
+    action = Action.objects.get(pk=first.structured_content["action_id"])
+    assert action.target == ticket and action.desired_state == {"status": "closed", "note": "done"}
+    assert [a.outcome for a in action.attempts.all()] == ["unknown"]
+    assert action.reconciliations.get().verdict == "match"
+
+
+def test_a_read_only_mcp_tool_passes_through(world, worker, demo_mcp, mcp_url):
+    search = register_mcp_tool(
+        world, demo_mcp, "find_tickets", "search_tickets", target_argument="status"
+    )
+    tool_declare(search, actor=SETUP, reason="a search changes nothing", effect="read_only")
+
+    async def go():
+        async with mcp_client(mcp_url, world.agent.token) as c:
+            return await c.call_tool("find_tickets", {"status": "nobody-has-this"})
+
+    result = run(go)
+    assert result.is_error is False
+    assert result.structured_content["answer"] == {"matches": [], "count": 0}
+    assert result.structured_content["idempotency_key"].startswith("read:")
