@@ -21,7 +21,7 @@ from drf_spectacular.utils import (
 from rest_framework import serializers as f
 
 from approvals.models import ApprovalState, RequestState
-from core.models import ToolEffect
+from core.models import ToolEffect, ToolKind
 from ledger.models import LedgerStatus
 from runs.states import (
     ActionState,
@@ -290,6 +290,19 @@ class AuditEventOut(f.Serializer):
     request_id = f.CharField(allow_blank=True)
 
 
+class ToolMcpOut(f.Serializer):
+    tool = f.CharField(help_text="The upstream tool that applies the effect.")
+    target_argument = f.CharField()
+    read_tool = f.CharField()
+    lookup_tool = f.CharField(allow_null=True)
+    annotations = f.DictField(help_text="The upstream's hints, as listed.")
+    suggested_effect = f.CharField(
+        allow_null=True,
+        help_text="What the hints suggest (`read_only`, `idempotent`): applied only when an "
+        "admin confirms it (POST /tools/{name}/declaration).",
+    )
+
+
 class ToolOut(f.Serializer):
     id = f.UUIDField()
     name = f.CharField()
@@ -319,6 +332,11 @@ class ToolOut(f.Serializer):
         allow_null=True,
         help_text="While set and in the future, requests are signed with the previous secret too.",
     )
+    kind = _choice(
+        ToolKind.choices,
+        help_text="`http`: the tool protocol at base_url; `mcp`: an MCP server's tool.",
+    )
+    mcp = ToolMcpOut(required=False, help_text="An MCP tool's upstream (operators only).")
 
 
 class ToolCreatedOut(ToolOut):

@@ -205,7 +205,9 @@ async def on_call_tool(ctx, params):
         with store.lock:
             store.reads += 1
             ids = sorted(
-                t for t, v in store.tickets.items() if v["state"].get("status") == args.get("status")
+                t
+                for t, v in store.tickets.items()
+                if v["state"].get("status") == args.get("status")
             )
         return _result({"matches": ids, "count": len(ids)})
     else:
@@ -270,7 +272,9 @@ def build_app():
                 # connection drops without the rest.
                 headers = [(b"content-type", b"application/json"), (b"content-length", b"4096")]
                 await send({"type": "http.response.start", "status": 200, "headers": headers})
-                await send({"type": "http.response.body", "body": b'{"jsonrpc":', "more_body": True})
+                await send(
+                    {"type": "http.response.body", "body": b'{"jsonrpc":', "more_body": True}
+                )
                 raise ConnectionAbortedError("demo fault: stream cut after commit")
             await send(message)
 

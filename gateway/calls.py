@@ -1,4 +1,4 @@
-"""What `/mcp` does, in Django's terms (SPEC §10; docs/mcp.md). Plain synchronous
+"""What `/mcp` does, in Django's terms (docs/mcp.md). Plain synchronous
 functions: the SDK's handlers (`gateway/server.py`) run them in the request's own thread
 (`gateway/bridge.py`).
 
@@ -35,10 +35,9 @@ from core.canonical import canonical_json
 from core.errors import IdempotencyConflict, RunNotRunning
 from core.models import Tool, ToolEffect, ToolKind
 from runs import origin, selectors
-from runs.mcp_tools import split_arguments
-from runs.models import Run
 from runs.engine.dispatch import action_dispatch
-from runs.engine.mcp import take_answer
+from runs.engine.mcp import split_arguments, take_answer
+from runs.models import Run
 from runs.propose import action_propose
 from runs.runtime import run_start
 from runs.states import IN_PROGRESS, ActionState, RunStatus, Trigger
@@ -50,7 +49,7 @@ KEY_META = "io.takeover/idempotency-key"
 RUN_META = "io.takeover/run"
 IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
 
-# An HTTP tool's arguments (SPEC §10).
+# An HTTP tool's arguments (docs/mcp.md).
 HTTP_SCHEMA = {
     "type": "object",
     "properties": {
@@ -226,7 +225,9 @@ def named_run(caller: Caller, value) -> Run:
     except ValueError as exc:
         raise CallRefused(f"_meta[{RUN_META!r}] must be a run id (a UUID).") from exc
     run = (
-        Run.objects.select_related("tenant", "principal").filter(pk=pk, principal=caller.principal).first()
+        Run.objects.select_related("tenant", "principal")
+        .filter(pk=pk, principal=caller.principal)
+        .first()
     )
     if run is None:
         raise CallRefused(f"_meta[{RUN_META!r}]: no run {pk} of this principal.")
@@ -359,13 +360,10 @@ def result_for(resource: dict, *, replayed: bool, changed: bool) -> dict:
         text = FAILURES.get(resource.get("failure_reason") or "", "The call failed.")
     elif state == ActionState.BLOCKED:
         reason = resource.get("block_reason")
-        text = (
-            f"Blocked ({reason}): nothing was applied and nothing will be. "
-            + (
-                "An approver denied it; do not ask again unchanged."
-                if reason == "approval_denied"
-                else "The approval it needed is no longer valid; a new call needs a new one."
-            )
+        text = f"Blocked ({reason}): nothing was applied and nothing will be. " + (
+            "An approver denied it; do not ask again unchanged."
+            if reason == "approval_denied"
+            else "The approval it needed is no longer valid; a new call needs a new one."
         )
     elif state == ActionState.AWAITING_APPROVAL:
         text = "Waiting for a person's approval; nothing is applied before it."
@@ -427,7 +425,9 @@ def call_tool(caller: Caller, name: str, arguments: dict | None, meta: dict) -> 
     except RunNotRunning as exc:
         return Outcome(tool_error(f"{exc} Start a new run, or leave out {RUN_META!r}."))
     if action.state == ActionState.AWAITING_APPROVAL:
-        return Outcome(awaiting={"action": str(action.pk), "link": approval_link(caller, action.pk)})
+        return Outcome(
+            awaiting={"action": str(action.pk), "link": approval_link(caller, action.pk)}
+        )
     upstream = None
     if tool.effect == ToolEffect.READ_ONLY and action.state == ActionState.QUEUED:
         # A read passes through: dispatched here, in this request's thread, by the engine's

@@ -1,4 +1,4 @@
-"""What the MCP gateway keeps: the `requestState`s already used (single use, SPEC §10)."""
+"""What the MCP gateway keeps: the `requestState`s already used (single use, docs/mcp.md)."""
 
 import uuid
 

@@ -1,4 +1,4 @@
-"""Takeover's MCP server, on the official SDK's low-level `Server` (SPEC §10).
+"""Takeover's MCP server, on the official SDK's low-level `Server` (docs/mcp.md).
 
 Streamable HTTP, stateless, JSON responses: protocol 2026-07-28 (each request a
 self-contained POST, the SDK's single-exchange path) and the handshake-era versions the SDK
@@ -82,7 +82,9 @@ async def on_call_tool(ctx, params):
             url=link,
         )
     )
-    return types.InputRequiredResult(input_requests={"approval": elicit}, request_state=sealed_later)
+    return types.InputRequiredResult(
+        input_requests={"approval": elicit}, request_state=sealed_later
+    )
 
 
 def request_state_principal(ctx) -> str | None:

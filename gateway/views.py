@@ -28,9 +28,7 @@ def unauthenticated(detail: str) -> HttpResponse:
         "status": 401,
         "detail": detail,
     }
-    response = HttpResponse(
-        json.dumps(body), status=401, content_type="application/problem+json"
-    )
+    response = HttpResponse(json.dumps(body), status=401, content_type="application/problem+json")
     response["WWW-Authenticate"] = CHALLENGE
     return response
 

@@ -1,4 +1,4 @@
-"""MCP servers as tools (SPEC §6, "MCP tools"; docs/mcp.md): what an MCP tool's
+"""MCP servers as tools (docs/mcp.md): what an MCP tool's
 registration holds, how a call's arguments become an intent and back, and the import of the
 upstream's annotations as *suggested* declarations that an admin confirms.
 
@@ -29,6 +29,8 @@ from core.audit import Actor, Verb, audit
 from core.egress import validate_base_url
 from core.errors import StateConflict, ValidationFailed
 from core.models import Role, Tool, ToolEffect, ToolKind
+
+from .engine.mcp import listing_for
 
 KEYS = {
     "tool",
@@ -80,31 +82,6 @@ def check_config(config) -> dict:
         "lookup_tool": lookup,
         "lookup_arguments": config.get("lookup_arguments") or {"key": "{key}"},
     }
-
-
-def fill(template, *, target: str, key: str = ""):
-    """Arguments from a mapping: the strings "{target}" and "{key}" replaced, at any depth."""
-    if isinstance(template, str):
-        return template.replace("{target}", target).replace("{key}", key)
-    if isinstance(template, dict):
-        return {k: fill(v, target=target, key=key) for k, v in template.items()}
-    if isinstance(template, list):
-        return [fill(v, target=target, key=key) for v in template]
-    return template
-
-
-def split_arguments(tool: Tool, arguments: dict) -> tuple[str, dict]:
-    """An MCP tool's call arguments → (target, desired_state); ValueError naming the
-    argument when the target is missing or not a string."""
-    name = tool.mcp["target_argument"]
-    target = arguments.get(name)
-    if not isinstance(target, str) or not target or len(target) > 500:
-        raise ValueError(f"argument {name!r} (the target) must be a string of 1 to 500 characters")
-    return target, {k: v for k, v in arguments.items() if k != name}
-
-
-def apply_arguments(tool: Tool, target: str, desired_state: dict) -> dict:
-    return {**desired_state, tool.mcp["target_argument"]: target}
 
 
 def mcp_tool_register(
@@ -163,3 +140,27 @@ def mcp_tool_register(
             },
         )
     return tool
+
+
+def register_listed(
+    *, tenant, name, base_url, mcp, actor: Actor, effect=None, lookup=None, **options
+):
+    """`mcp_tool_register` with the upstream listed first (`POST /tools` with `kind: mcp`,
+    `manage.py register_mcp_tool`). A server that cannot be listed, or lists no such tool, is
+    a 400 naming `mcp.tool`; nothing is written."""
+    actor.require(Role.ADMIN)
+    config = check_config(mcp)
+    validate_base_url(base_url)
+    try:
+        listing = listing_for(base_url, config["tool"], timeout=options.get("timeout_seconds", 10))
+    except ValueError as exc:
+        raise ValidationFailed("Bad mcp.", {"mcp.tool": [str(exc)]}) from exc
+    return mcp_tool_register(
+        tenant=tenant,
+        name=name,
+        base_url=base_url,
+        config=mcp,
+        listing=listing,
+        actor=actor,
+        **options,
+    )

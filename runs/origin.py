@@ -1,4 +1,4 @@
-"""Where a proposal came from (SPEC §10: the console shows API, MCP or CLI, and the audit
+"""Where a proposal came from (docs/mcp.md: the console shows API, MCP or CLI, and the audit
 names the MCP client). A context variable, set by whoever receives the request — the MCP
 gateway (`mcp` and the client's name), a request whose User-Agent is the takeover CLI
 (`cli`) — and read by `runs.propose` when it builds the action and its audit event. The

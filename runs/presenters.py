@@ -230,12 +230,20 @@ def tool_dict(tool, *, with_url: bool = True, with_secret: bool = False) -> dict
         "created_at": _iso(tool.created_at),
         "signing_secret_created_at": _iso(tool.signing_secret_created_at),
         "previous_secret_expires_at": _iso(tool.previous_secret_expires_at),
+        "kind": tool.kind,
     }
+    if tool.mcp:  # an MCP tool's upstream (operators only, like base_url)
+        out["mcp"] = {
+            k: tool.mcp.get(k)
+            for k in ("tool", "target_argument", "read_tool", "lookup_tool", "annotations")
+        }
+        out["mcp"]["suggested_effect"] = tool.mcp.get("suggested")
     if with_secret:
         out["signing_secret"] = tool.signing_secret
     if not with_url:
         for operator_only in (
             "base_url",
+            "mcp",
             "signing_secret_created_at",
             "previous_secret_expires_at",
         ):

@@ -333,6 +333,7 @@ SPECTACULAR_SETTINGS = {
         "ApprovalRequestStateEnum": "approvals.models.RequestState",
         "LedgerStatusEnum": "ledger.models.LedgerStatus",
         "TokenStateEnum": ["active", "revoked", "expired"],
+        "ToolKindEnum": "core.models.ToolKind",
         "BulkItemKindEnum": ["action", "run"],
         "ResolveOutcomeEnum": ["succeeded", "failed"],
         # The branches of a bulk body (api/schema.py, BulkIn).

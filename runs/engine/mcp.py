@@ -21,9 +21,11 @@ MCP server can refuse a call that did not come through Takeover.
 """
 
 import json
+import os
 import threading
 import time
 import uuid
+from dataclasses import dataclass, field
 
 import httpx
 from django.conf import settings
@@ -39,9 +41,7 @@ from takeover_client import signing
 
 from core.logs import traceparent
 
-from ..mcp_tools import apply_arguments, fill
 from ..states import AttemptOutcome, Verdict
-from . import protocol
 
 PROTOCOL_VERSION = "2026-07-28"
 KEY_META = "io.takeover/idempotency-key"
@@ -64,6 +64,31 @@ class Unreadable(Exception):
     """The answer could not be read as one JSON-RPC response."""
 
 
+def fill(template, *, target: str, key: str = ""):
+    """Arguments from a mapping: the strings "{target}" and "{key}" replaced, at any depth."""
+    if isinstance(template, str):
+        return template.replace("{target}", target).replace("{key}", key)
+    if isinstance(template, dict):
+        return {k: fill(v, target=target, key=key) for k, v in template.items()}
+    if isinstance(template, list):
+        return [fill(v, target=target, key=key) for v in template]
+    return template
+
+
+def split_arguments(tool, arguments: dict) -> tuple[str, dict]:
+    """An MCP tool's call arguments → (target, desired_state); ValueError naming the
+    argument when the target is missing or not a string."""
+    name = tool.mcp["target_argument"]
+    target = arguments.get(name)
+    if not isinstance(target, str) or not target or len(target) > 500:
+        raise ValueError(f"argument {name!r} (the target) must be a string of 1 to 500 characters")
+    return target, {k: v for k, v in arguments.items() if k != name}
+
+
+def apply_arguments(tool, target: str, desired_state: dict) -> dict:
+    return {**desired_state, tool.mcp["target_argument"]: target}
+
+
 def _envelope(extra: dict | None = None) -> dict:
     return {
         PROTOCOL_VERSION_META_KEY: PROTOCOL_VERSION,
@@ -71,6 +96,49 @@ def _envelope(extra: dict | None = None) -> dict:
         CLIENT_INFO_META_KEY: {"name": "takeover", "version": "1"},
         **(extra or {}),
     }
+
+
+@dataclass
+class CallResult:  # the same fields as CallResult, which wraps it
+    outcome: str
+    http_status: int | None = None
+    detail: str = ""
+
+
+@dataclass
+class Read:  # as Read
+    verdict: str | None = None
+    state: dict = field(default_factory=dict)
+    version: int | None = None
+    detail: str = ""
+
+
+@dataclass
+class Lookup:  # as Lookup
+    verdict: str
+    state: dict | None = None
+    version: int | None = None
+    http_status: int | None = None
+    detail: str = ""
+
+
+_client: httpx.Client | None = None
+_client_pid: int | None = None
+
+
+def _http() -> httpx.Client:
+    """One client per process, built as the engine's (protocol.py): egress-checked on the
+    resolved address, no proxy from the environment, no keep-alive (so that a connect error
+    still proves "never sent")."""
+    global _client, _client_pid
+    if _client is None or _client_pid != os.getpid():
+        from core.egress import egress_client
+
+        _client = egress_client(
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=0)
+        )
+        _client_pid = os.getpid()
+    return _client
 
 
 def rpc(url: str, method: str, params: dict, *, timeout: float, action=None) -> httpx.Response:
@@ -98,9 +166,7 @@ def rpc(url: str, method: str, params: dict, *, timeout: float, action=None) -> 
             action_id=str(action.pk),
             key=action.idempotency_key,
         )
-    return protocol.http_client().request(
-        "POST", url, content=content, headers=headers, timeout=timeout
-    )
+    return _http().request("POST", url, content=content, headers=headers, timeout=timeout)
 
 
 def answer(response: httpx.Response) -> dict:
@@ -141,7 +207,7 @@ def _result_text(result: dict) -> str:
     return " ".join(t for t in texts if t)
 
 
-def call_tool(action) -> protocol.CallResult:
+def call_tool(action) -> CallResult:
     """Apply: `tools/call` of the upstream tool, the key in `_meta`."""
     tool = action.tool
     params = {
@@ -154,13 +220,11 @@ def call_tool(action) -> protocol.CallResult:
             tool.base_url, "tools/call", params, timeout=tool.timeout_seconds, action=action
         )
     except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-        return protocol.CallResult(
-            AttemptOutcome.NOT_SENT, detail=f"not sent: {type(exc).__name__}: {exc}"
-        )
+        return CallResult(AttemptOutcome.NOT_SENT, detail=f"not sent: {type(exc).__name__}: {exc}")
     except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
-        return protocol.CallResult(AttemptOutcome.NOT_SENT, detail=f"not sent: bad MCP URL: {exc}")
+        return CallResult(AttemptOutcome.NOT_SENT, detail=f"not sent: bad MCP URL: {exc}")
     except httpx.HTTPError as exc:
-        return protocol.CallResult(
+        return CallResult(
             AttemptOutcome.UNKNOWN, detail=f"sent, then {type(exc).__name__}: {exc}"[:500]
         )
     status = response.status_code
@@ -168,23 +232,23 @@ def call_tool(action) -> protocol.CallResult:
         message = answer(response)
     except (Unreadable, httpx.HTTPError) as exc:
         if 400 <= status < 500:
-            return protocol.CallResult(AttemptOutcome.REJECTED, status, response.text[:300])
-        return protocol.CallResult(AttemptOutcome.UNKNOWN, status, f"sent, then {exc}"[:300])
+            return CallResult(AttemptOutcome.REJECTED, status, response.text[:300])
+        return CallResult(AttemptOutcome.UNKNOWN, status, f"sent, then {exc}"[:300])
     if "error" in message:
         error = message["error"] if isinstance(message["error"], dict) else {}
         detail = f"MCP error {error.get('code')}: {error.get('message')}"[:300]
         if error.get("code") in REFUSED_BEFORE_WORK or 400 <= status < 500:
-            return protocol.CallResult(AttemptOutcome.REJECTED, status, detail)
-        return protocol.CallResult(AttemptOutcome.UNKNOWN, status, detail)
+            return CallResult(AttemptOutcome.REJECTED, status, detail)
+        return CallResult(AttemptOutcome.UNKNOWN, status, detail)
     result = message["result"] if isinstance(message["result"], dict) else {}
     if result.get("isError"):
-        return protocol.CallResult(
+        return CallResult(
             AttemptOutcome.UNKNOWN,
             status,
             f"the tool answered isError: {_result_text(result)}"[:300],
         )
     _answers.by_action = {str(action.pk): result}  # only the latest: nothing accumulates
-    return protocol.CallResult(AttemptOutcome.APPLIED, status, _result_text(result)[:300])
+    return CallResult(AttemptOutcome.APPLIED, status, _result_text(result)[:300])
 
 
 def _call_read(action, tool_name: str, arguments: dict) -> dict:
@@ -209,7 +273,7 @@ def _call_read(action, tool_name: str, arguments: dict) -> dict:
     return content
 
 
-def read_authoritative(action) -> protocol.Read:
+def read_authoritative(action) -> Read:
     """The declared read tool, 3 attempts 200 ms apart, as for an HTTP tool."""
     config = action.tool.mcp
     arguments = fill(config["read_arguments"], target=action.target)
@@ -223,9 +287,7 @@ def read_authoritative(action) -> protocol.Read:
             detail = f"{type(exc).__name__}: {exc}"[:300]
             continue
         if content.get("found") is False or ("state" in content and content["state"] is None):
-            return protocol.Read(
-                Verdict.MISSING, detail=f"{config['read_tool']}: the target does not exist"
-            )
+            return Read(Verdict.MISSING, detail=f"{config['read_tool']}: the target does not exist")
         if "state" in content:
             state, version = content.get("state"), content.get("version")
         else:
@@ -234,32 +296,30 @@ def read_authoritative(action) -> protocol.Read:
         if not isinstance(state, dict) or not isinstance(version, int) or isinstance(version, bool):
             detail = "unreadable state: state must be an object and version an integer"
             continue
-        return protocol.Read(state=state, version=version)
-    return protocol.Read(Verdict.READ_FAILED, detail=detail)
+        return Read(state=state, version=version)
+    return Read(Verdict.READ_FAILED, detail=detail)
 
 
-def lookup_effect(action) -> protocol.Lookup:
+def lookup_effect(action) -> Lookup:
     """The declared lookup tool: did the upstream apply this key?"""
     config = action.tool.mcp
     key = action.idempotency_key
     if not config.get("lookup_tool"):
-        return protocol.Lookup(Verdict.LOOKUP_FAILED, detail="no lookup tool declared")
+        return Lookup(Verdict.LOOKUP_FAILED, detail="no lookup tool declared")
     arguments = fill(config["lookup_arguments"], target=action.target, key=key)
     try:
         content = _call_read(action, config["lookup_tool"], arguments)
     except (Unreadable, httpx.HTTPError) as exc:
-        return protocol.Lookup(Verdict.LOOKUP_FAILED, detail=f"lookup: {exc}"[:300])
+        return Lookup(Verdict.LOOKUP_FAILED, detail=f"lookup: {exc}"[:300])
     if content.get("applied") is False:
-        return protocol.Lookup(
+        return Lookup(
             Verdict.LOOKUP_NOT_FOUND, detail=f"the MCP server reports it never received key {key}"
         )
     if content.get("applied") is not True:
-        return protocol.Lookup(
-            Verdict.LOOKUP_FAILED, detail="lookup: the MCP server could not tell"
-        )
+        return Lookup(Verdict.LOOKUP_FAILED, detail="lookup: the MCP server could not tell")
     state, version = content.get("state"), content.get("version")
     well_formed = isinstance(state, dict) and isinstance(version, int)
-    return protocol.Lookup(
+    return Lookup(
         Verdict.LOOKUP_APPLIED,
         state=state if well_formed else None,
         version=version if well_formed else None,

@@ -30,6 +30,7 @@ from core.logs import traceparent
 
 from ..models import Action
 from ..states import AttemptOutcome, Verdict
+from . import mcp
 
 
 @dataclass
@@ -107,9 +108,7 @@ def call_tool(action: Action) -> CallResult:
     }
     started = time.monotonic()
     if tool.kind == "mcp":  # an MCP server's tool: tools/call (runs/engine/mcp.py)
-        from . import mcp
-
-        result = mcp.call_tool(action)
+        result = CallResult(**vars(mcp.call_tool(action)))
     else:
         result = _post_effect(action, body)
     metrics.record_tool_call(tool.name, result.outcome, time.monotonic() - started)
@@ -151,9 +150,7 @@ class Read:
 def read_authoritative(action: Action) -> Read:
     """GET the authoritative state: side-effect free, 3 attempts 200 ms apart."""
     if action.tool.kind == "mcp":  # the declared read tool (runs/engine/mcp.py)
-        from . import mcp
-
-        return mcp.read_authoritative(action)
+        return Read(**vars(mcp.read_authoritative(action)))
     url = tool_url(action.tool, "state", action.target)
     detail = ""
     for attempt in range(settings.RECONCILE_READ_ATTEMPTS):
@@ -217,9 +214,7 @@ def lookup_effect(action: Action) -> Lookup:
     falls back to reading the state.
     """
     if action.tool.kind == "mcp":  # the declared lookup tool (runs/engine/mcp.py)
-        from . import mcp
-
-        return mcp.lookup_effect(action)
+        return Lookup(**vars(mcp.lookup_effect(action)))
     key = action.idempotency_key
     try:
         response = send(action, "GET", tool_url(action.tool, "effects", key))

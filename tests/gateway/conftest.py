@@ -12,7 +12,6 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import Implementation
 
-
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -1,4 +1,4 @@
-"""Approvals over MCP (SPEC §10): `input_required` with a URL elicitation and a sealed,
+"""Approvals over MCP (docs/mcp.md): `input_required` with a URL elicitation and a sealed,
 single-use requestState on 2026-07-28; `awaiting_approval` and a repeat on older versions.
 Nothing is applied before the grant."""
 

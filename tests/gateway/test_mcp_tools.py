@@ -1,4 +1,4 @@
-"""MCP servers as tools (SPEC §6, "MCP tools"): apply is tools/call with the key in _meta; a
+"""MCP servers as tools (docs/mcp.md): apply is tools/call with the key in _meta; a
 cut stream is unknown, reconciled through the declared read tool, never re-sent; the
 upstream's hints are suggestions an admin confirms."""
 
@@ -77,3 +77,40 @@ def test_a_read_only_mcp_tool_passes_through(world, worker, demo_mcp, mcp_url):
     assert result.is_error is False
     assert result.structured_content["answer"] == {"matches": [], "count": 0}
     assert result.structured_content["idempotency_key"].startswith("read:")
+
+
+def test_register_over_the_api_and_confirm_the_suggestion(world, demo_mcp):
+    admin = world.admin.client()
+    body = {
+        "name": "outbox",
+        "base_url": demo_mcp.url,
+        "kind": "mcp",
+        "mcp": {"tool": "send_email", "target_argument": "to", "read_tool": "get_ticket"},
+    }
+    created = admin.post("/api/v1/tools", body, format="json")
+    assert created.status_code == 201, created.content
+    tool = created.json()
+    assert tool["kind"] == "mcp" and tool["effect"] == "unsafe"
+    assert tool["mcp"]["suggested_effect"] == "idempotent"
+    assert tool["mcp"]["annotations"]["idempotentHint"] is True
+    confirmed = admin.post(
+        "/api/v1/tools/outbox/declaration",
+        {"effect": "idempotent", "reason": "confirming the server's hint"},
+        format="json",
+    )
+    assert confirmed.status_code == 200 and confirmed.json()["effect"] == "idempotent"
+    # Listed to the agent without where it lives.
+    seen = world.agent.client().get("/api/v1/tools/outbox").json()
+    assert seen["kind"] == "mcp" and "mcp" not in seen and "base_url" not in seen
+    for bad, field in (
+        ({**body, "name": "x1", "mcp": {**body["mcp"], "tool": "no_such"}}, "mcp.tool"),
+        ({**body, "name": "x2", "mcp": {"tool": "send_email"}}, "mcp.target_argument"),
+        ({**body, "name": "x3", "kind": "http"}, "mcp"),
+        ({**body, "name": "x4", "mcp": None}, "mcp"),
+        ({**body, "name": "x5", "effect": "read_only"}, "effect"),
+        ({**body, "name": "x6", "mcp": {**body["mcp"], "surprise": 1}}, "mcp.surprise"),
+    ):
+        response = admin.post("/api/v1/tools", bad, format="json")
+        assert response.status_code == 400, (bad, response.content)
+        assert field in response.json()["errors"], (field, response.json())
+    assert world.tenant.tools.count() == 1

@@ -1,4 +1,4 @@
-"""Takeover is an MCP server (SPEC §10): the official SDK as the client, against the live
+"""Takeover is an MCP server (docs/mcp.md): the official SDK as the client, against the live
 server, a real worker and the demo downstream."""
 
 import uuid

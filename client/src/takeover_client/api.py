@@ -671,6 +671,8 @@ class Api(SyncBase):
         requires_approval: bool | None = UNSET,
         identity_fields: list[str] | None = UNSET,
         timeout_seconds: float | None = UNSET,
+        kind: models.ToolKindEnum | None = UNSET,
+        mcp: dict[str, Any] | None = UNSET,
     ) -> models.ToolCreatedOut:
         """POST /api/v1/tools"""
         return self._call(
@@ -687,6 +689,8 @@ class Api(SyncBase):
                 "requires_approval": requires_approval,
                 "identity_fields": identity_fields,
                 "timeout_seconds": timeout_seconds,
+                "kind": kind,
+                "mcp": mcp,
             },
             returns={201: models.ToolCreatedOut},
         )
@@ -1369,6 +1373,8 @@ class AsyncApi(AsyncBase):
         requires_approval: bool | None = UNSET,
         identity_fields: list[str] | None = UNSET,
         timeout_seconds: float | None = UNSET,
+        kind: models.ToolKindEnum | None = UNSET,
+        mcp: dict[str, Any] | None = UNSET,
     ) -> models.ToolCreatedOut:
         """POST /api/v1/tools"""
         return await self._call(
@@ -1385,6 +1391,8 @@ class AsyncApi(AsyncBase):
                 "requires_approval": requires_approval,
                 "identity_fields": identity_fields,
                 "timeout_seconds": timeout_seconds,
+                "kind": kind,
+                "mcp": mcp,
             },
             returns={201: models.ToolCreatedOut},
         )

@@ -87,7 +87,9 @@ RunStatusEnum = Literal["pending", "running", "success", "error", "cancelled"]
 
 TokenStateEnum = Literal["active", "revoked", "expired"]
 
-TriggerEnum = Literal["workflow", "schedule", "chat", "webhook", "api"]
+ToolKindEnum = Literal["http", "mcp"]
+
+TriggerEnum = Literal["workflow", "schedule", "chat", "webhook", "api", "mcp"]
 
 VerdictEnum = Literal[
     "match",
@@ -730,9 +732,29 @@ class ToolCreatedOut(Model):
     signing_secret_created_at: datetime | None = None
     previous_secret_expires_at: datetime | None = None
     """While set and in the future, requests are signed with the previous secret too."""
+    kind: ToolKindEnum
+    """`http`: the tool protocol at base_url; `mcp`: an MCP server's tool."""
+    mcp: ToolMcpOut | None = None
+    """An MCP tool's upstream (operators only)."""
     signing_secret: str
     """The secret every request to this tool is signed with (`Takeover-Signature`): shown this
     once."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolMcpOut(Model):
+    """The `ToolMcpOut` schema."""
+
+    tool: str
+    """The upstream tool that applies the effect."""
+    target_argument: str
+    read_tool: str
+    lookup_tool: str | None
+    annotations: dict[str, Any]
+    """The upstream's hints, as listed."""
+    suggested_effect: str | None
+    """What the hints suggest (`read_only`, `idempotent`): applied only when an admin confirms it
+    (POST /tools/{name}/declaration)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -759,6 +781,10 @@ class ToolOut(Model):
     signing_secret_created_at: datetime | None = None
     previous_secret_expires_at: datetime | None = None
     """While set and in the future, requests are signed with the previous secret too."""
+    kind: ToolKindEnum
+    """`http`: the tool protocol at base_url; `mcp`: an MCP server's tool."""
+    mcp: ToolMcpOut | None = None
+    """An MCP tool's upstream (operators only)."""
 
 
 @dataclass(frozen=True, kw_only=True)
