@@ -143,6 +143,13 @@ class ActionOut(f.Serializer):
     attempts = AttemptOut(many=True)
     reconciliations = ReconciliationOut(many=True)
     claimed_by = f.CharField(allow_null=True, help_text="The on-call holding it in the console.")
+    origin = _choice(
+        [("api", "api"), ("mcp", "mcp"), ("cli", "cli")],
+        help_text="Where it was proposed: the API, Takeover's /mcp, or the takeover CLI.",
+    )
+    client = f.CharField(
+        allow_null=True, help_text="The MCP client's name (or the CLI's), when it said one."
+    )
     created_at = f.DateTimeField()
     updated_at = f.DateTimeField()
 

@@ -288,6 +288,7 @@ def serve(host: str = "127.0.0.1", port: int = 0, *, quiet: bool = True) -> None
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
+    sock.listen(128)  # connections wait in the backlog until uvicorn accepts them
     url = f"http://{host}:{sock.getsockname()[1]}/mcp"
     config = uvicorn.Config(
         build_app(),

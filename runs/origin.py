@@ -31,3 +31,20 @@ def current() -> tuple[str, str]:
 def as_dict() -> dict:
     origin, client = origin_var.get()
     return {"origin": origin, "client": client or None}
+
+
+class OriginMiddleware:
+    """Every request's proposals are the API's, unless its User-Agent is the takeover CLI's
+    (`takeover-cli/...`, client/src/takeover_client/cli.py). /mcp sets its own."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        agent = request.headers.get("User-Agent", "")
+        source = CLI if agent.startswith("takeover-cli/") else API
+        token = origin_var.set((source, agent[:200] if source == CLI else ""))
+        try:
+            return self.get_response(request)
+        finally:
+            origin_var.reset(token)

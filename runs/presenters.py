@@ -89,6 +89,8 @@ def action_resource(
         "reconciliations": reconciliations,
         "claimed_by": claimed_by,
         "reason": action.reason or None,
+        "origin": action.origin,
+        "client": action.client or None,
         "resolved_on_read": action.resolved_on_read_id,
         "acknowledged_at": _iso(action.acknowledged_at),
         "acknowledged_by": action.acknowledged_by,

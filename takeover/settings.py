@@ -115,6 +115,7 @@ MIDDLEWARE = [
     "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "core.middleware.RequestIdMiddleware",
+    "runs.origin.OriginMiddleware",  # api, cli or mcp: where a proposal came from
     "core.middleware.ChunkedBodyMiddleware",
     "core.middleware.DatabaseUnavailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -334,6 +335,7 @@ SPECTACULAR_SETTINGS = {
         "LedgerStatusEnum": "ledger.models.LedgerStatus",
         "TokenStateEnum": ["active", "revoked", "expired"],
         "ToolKindEnum": "core.models.ToolKind",
+        "ActionOriginEnum": ["api", "mcp", "cli"],
         "BulkItemKindEnum": ["action", "run"],
         "ResolveOutcomeEnum": ["succeeded", "failed"],
         # The branches of a bulk body (api/schema.py, BulkIn).
@@ -488,9 +490,10 @@ CONSOLE_URL = os.environ.get("CONSOLE_URL", "http://127.0.0.1:8000")  # links in
 # SECRET_KEY) and good for MCP_REQUEST_STATE_TTL_SECONDS.
 MCP_CALL_WAIT_SECONDS = env_float("MCP_CALL_WAIT_SECONDS", 20)
 MCP_REQUEST_STATE_TTL_SECONDS = env_float("MCP_REQUEST_STATE_TTL_SECONDS", 600)
-MCP_REQUEST_STATE_KEY = os.environ.get("MCP_REQUEST_STATE_KEY") or hashlib.sha256(
-    b"takeover/mcp/request-state:" + SECRET_KEY.encode()
-).hexdigest()
+MCP_REQUEST_STATE_KEY = (
+    os.environ.get("MCP_REQUEST_STATE_KEY")
+    or hashlib.sha256(b"takeover/mcp/request-state:" + SECRET_KEY.encode()).hexdigest()
+)
 NOTIFY_TIMEOUT_SECONDS = env_float("NOTIFY_TIMEOUT_SECONDS", 5)
 NOTIFY_MAX_ATTEMPTS = int(os.environ.get("NOTIFY_MAX_ATTEMPTS", 8))
 NOTIFY_BACKOFF_BASE_SECONDS = env_float("NOTIFY_BACKOFF_BASE_SECONDS", 30)

@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from ._model import Model
 
+ActionOriginEnum = Literal["api", "mcp", "cli"]
+
 ActionStateEnum = Literal[
     "awaiting_approval",
     "queued",
@@ -144,6 +146,10 @@ class ActionOut(Model):
     reconciliations: list[ReconciliationOut]
     claimed_by: str | None
     """The on-call holding it in the console."""
+    origin: ActionOriginEnum
+    """Where it was proposed: the API, Takeover's /mcp, or the takeover CLI."""
+    client: str | None
+    """The MCP client's name (or the CLI's), when it said one."""
     created_at: datetime
     updated_at: datetime
 
