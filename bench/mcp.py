@@ -85,7 +85,9 @@ class SoakResult:
     elapsed: float = 0.0
 
 
-def soak(url: str, token: str, *, count: int, clients: int, say=print) -> SoakResult:
+def soak(
+    url: str, token: str, *, count: int, clients: int, cut_after: float = 0, say=print
+) -> SoakResult:
     result = SoakResult()
     lock = threading.Lock()
     next_index = iter(range(count))
@@ -98,13 +100,18 @@ def soak(url: str, token: str, *, count: int, clients: int, say=print) -> SoakRe
         async with client(url, token, name=f"soak-{n}") as c:
             while (i := take()) is not None:
                 args = {"ticket_id": f"S-{i}", "status": f"closed-{i}", "note": "soak"}
+                first = True
                 while True:
                     with lock:
                         result.issued += 1
                     try:
-                        with anyio.fail_after(30):
+                        # The first try of every call gives up after `cut_after` seconds and
+                        # drops its connection: this side's stream is cut too, and the call
+                        # must be re-issued to learn its outcome.
+                        with anyio.fail_after(cut_after if first and cut_after else 30):
                             answer = await c.call_tool("update_ticket", args)
                     except (TimeoutError, httpx2.HTTPError, OSError):
+                        first = False
                         with lock:
                             result.no_answer += 1
                         continue

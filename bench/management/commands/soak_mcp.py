@@ -81,12 +81,20 @@ class Command(BaseCommand):
         parser.add_argument("--calls", type=int, default=1000)
         parser.add_argument("--clients", type=int, default=8)
         parser.add_argument("--settle", type=float, default=300)
+        parser.add_argument(
+            "--client-cut",
+            type=float,
+            default=0.3,
+            help="the first try of each call drops its connection after this many seconds "
+            "(0: never)",
+        )
         parser.add_argument("--inner", action="store_true", help="internal")
 
     def handle(self, *args, **opts):
         if not opts["inner"]:
             self.stdout.write("-- soak database: migrating")
             argv = ["--calls", str(opts["calls"]), "--clients", str(opts["clients"])]
+            argv += ["--client-cut", str(opts["client_cut"])]
             in_own_database("soak_mcp", "soak_mcp", [*argv, "--settle", str(opts["settle"])])
         self.inner(**opts)
 
@@ -111,10 +119,16 @@ class Command(BaseCommand):
             mcp.fault(upstream, {"mode": "cut_after_commit", "count": -1})
             out(
                 f"-- {opts['calls']} calls from {opts['clients']} MCP clients; the upstream "
-                "commits and then cuts the stream on every one"
+                "commits and then cuts the stream on every one; each client drops its own "
+                f"first try after {opts['client_cut']} s"
             )
             result = mcp.soak(
-                f"{stack.url}/mcp", token, count=opts["calls"], clients=opts["clients"], say=out
+                f"{stack.url}/mcp",
+                token,
+                count=opts["calls"],
+                clients=opts["clients"],
+                cut_after=opts["client_cut"],
+                say=out,
             )
             deadline = time.monotonic() + opts["settle"]
             in_progress = ("queued", "dispatching", "unknown")
