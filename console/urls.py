@@ -3,7 +3,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import bulk, notifications, signin, sso, tokens, views
+from . import bulk, notifications, signin, sso, tokens, tools, views
 
 app_name = "console"
 
@@ -48,6 +48,8 @@ urlpatterns = [
         name="force_reject",
     ),
     path("settings/", views.tenant_settings, name="tenant_settings"),
+    path("tools/", tools.tools, name="tools"),
+    path("tools/<uuid:pk>/confirm/", tools.confirm_suggestion, name="tool_confirm"),
     path("replays.csv", views.replays_csv, name="replays_csv"),
     path("audit/", views.audit, name="audit"),
     path("audit.csv", views.audit_csv, name="audit_csv"),

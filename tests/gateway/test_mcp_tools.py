@@ -114,3 +114,23 @@ def test_register_over_the_api_and_confirm_the_suggestion(world, demo_mcp):
         assert response.status_code == 400, (bad, response.content)
         assert field in response.json()["errors"], (field, response.json())
     assert world.tenant.tools.count() == 1
+
+
+def test_the_console_shows_the_suggestion_and_an_admin_confirms_it(world, demo_mcp, client):
+    from ..builders import user
+
+    mail = register_mcp_tool(world, demo_mcp, "mail", "send_email", target_argument="to")
+    client.force_login(user(world.approver))
+    page = client.get("/tools/").content.decode()
+    assert "The server's hints suggest <strong>idempotent</strong>" in page
+    assert "An admin can confirm it." in page
+    refused = client.post(f"/tools/{mail.pk}/confirm/")
+    assert refused.status_code == 403
+    mail.refresh_from_db()
+    assert mail.effect == "unsafe"
+    client.force_login(user(world.admin))
+    assert "Confirm idempotent" in client.get("/tools/").content.decode()
+    done = client.post(f"/tools/{mail.pk}/confirm/")
+    assert done.status_code == 303
+    mail.refresh_from_db()
+    assert mail.effect == "idempotent" and mail.declared_by["name"] == world.admin.username

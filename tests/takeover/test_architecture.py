@@ -8,13 +8,31 @@ from pathlib import Path
 import grimp
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ["bench", "takeover", "api", "console", "demo", "gateway", "runs", "approvals", "ledger", "core"]
+PACKAGES = [
+    "bench",
+    "takeover",
+    "api",
+    "console",
+    "demo",
+    "gateway",
+    "runs",
+    "approvals",
+    "ledger",
+    "core",
+]
 # Who may import whom, top to bottom; a package may import only those below it. `api` and
 # `console` are two faces of the same domain and know nothing of each other; `demo` speaks
 # to the product through the services (set-up) and the HTTP API (its agent) only. `bench`
 # (make bench, make soak) drives the whole project from outside, through the project's
 # process supervisor.
-LAYERS = ["bench", "takeover", ("api", "console", "demo", "gateway"), "runs", ("approvals", "ledger"), "core"]
+LAYERS = [
+    "bench",
+    "takeover",
+    ("api", "console", "demo", "gateway"),
+    "runs",
+    ("approvals", "ledger"),
+    "core",
+]
 
 
 def graph():
