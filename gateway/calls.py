@@ -17,7 +17,6 @@ functions: the SDK's handlers (`gateway/server.py`) run them in the request's ow
 import hashlib
 import json
 import re
-import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -178,15 +177,20 @@ def derived_key(run_id, tool: Tool, arguments: dict) -> str:
     return f"mcp:{run_id}:{tool.name}:{digest}"
 
 
-_run_lock = threading.Lock()
-
-
 def kept_run(caller: Caller) -> Run:
     """The run Takeover keeps for this principal and MCP client: the newest running one, or
     a new one (trigger `mcp`). Kept alive by its calls (a heartbeat at most once a minute),
     so that the stale-run reaper leaves it alone while the client works."""
     session = f"mcp:{caller.client or 'unnamed'}"[:255]
     principal = caller.principal
+    running = Run.objects.filter(
+        principal=principal, trigger=Trigger.MCP, session_id=session, status=RunStatus.RUNNING
+    )
+    run = running.order_by("-created_at").first()  # the common case: one read
+    if run is not None:
+        run.principal, run.tenant = principal, principal.tenant
+        _keep_alive(run)
+        return run
     with transaction.atomic():
         # One creator per (principal, client) across processes: a transaction-level lock.
         with connection.cursor() as cursor:
@@ -213,10 +217,14 @@ def kept_run(caller: Caller) -> Run:
                 actor=caller.actor,
             )
         run.principal = principal
+    _keep_alive(run)
+    return run
+
+
+def _keep_alive(run: Run) -> None:
     now = timezone.now()
     if run.heartbeat_at is None or run.heartbeat_at < now - timedelta(minutes=1):
         Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(heartbeat_at=now)
-    return run
 
 
 def named_run(caller: Caller, value) -> Run:
