@@ -19,6 +19,7 @@ import json
 import re
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -143,16 +144,37 @@ def list_tools(caller: Caller) -> list[dict]:
 # --- tools/call: the intent ---------------------------------------------------------------
 
 
+_validators: dict[str, object] = {}
+
+
+def validator_for(schema: dict):
+    """A validator per schema, built (and the schema checked) once per process: building
+    one costs far more than validating with it. An upstream schema that is not a valid
+    JSON Schema checks nothing here (the upstream still checks its own arguments)."""
+    key = canonical_json(schema)
+    validator = _validators.get(key)
+    if validator is None:
+        cls = jsonschema.validators.validator_for(schema)
+        try:
+            cls.check_schema(schema)
+        except jsonschema.SchemaError:
+            schema = {}
+        validator = cls(schema)
+        if len(_validators) > 1000:
+            _validators.clear()
+        _validators[key] = validator
+    return validator
+
+
 def _intent(tool: Tool, arguments: dict) -> tuple[str, dict, int | None, str]:
     """(target, desired_state, expected_version, reason) from the arguments, or ValueError
     in words a model can act on."""
-    try:
-        jsonschema.validate(arguments, input_schema_for(tool))
-    except jsonschema.ValidationError as exc:
-        where = "/".join(str(p) for p in exc.absolute_path) or "arguments"
-        raise ValueError(f"{where}: {exc.message}") from exc
-    except jsonschema.SchemaError as exc:  # an upstream schema we cannot apply: no check
-        raise ValueError(f"the tool's input schema is unusable: {exc.message}") from exc
+    error = jsonschema.exceptions.best_match(
+        validator_for(input_schema_for(tool)).iter_errors(arguments)
+    )
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "arguments"
+        raise ValueError(f"{where}: {error.message}")
     if (why := problem_in(arguments)) is not None:
         raise ValueError(f"arguments: {why}")
     if tool.kind == ToolKind.MCP:
@@ -392,6 +414,29 @@ def result_for(resource: dict, *, replayed: bool, changed: bool) -> dict:
     }
 
 
+def _passed_through(action, upstream: dict | None) -> dict:
+    """A read that succeeded in this thread: its result without reading the action back."""
+    resource = {
+        "id": str(action.pk),
+        "state": action.state,
+        "idempotency_key": action.idempotency_key,
+        "block_reason": None,
+        "failure_reason": None,
+        "resolution": action.resolution or None,
+        "attempts": [],
+    }
+    result = result_for(resource, replayed=False, changed=False)
+    if upstream is not None:
+        result["content"] = upstream.get("content") or result["content"]
+        if upstream.get("structuredContent") is not None:
+            result["structuredContent"]["answer"] = upstream["structuredContent"]
+    else:  # an HTTP tool: its answer as the attempt kept it
+        detail = action.attempts.values_list("detail", flat=True).order_by("-number").first()
+        if detail:
+            result["structuredContent"]["answer"] = _parsed(detail)
+    return result
+
+
 def tool_error(text: str) -> dict:
     return {"content": [{"type": "text", "text": text}], "isError": True}
 
@@ -408,7 +453,10 @@ def call_tool(caller: Caller, name: str, arguments: dict | None, meta: dict) -> 
     except ValueError as exc:
         return Outcome(tool_error(f"Invalid arguments for {name}: {exc}. Nothing was applied."))
     run = named_run(caller, meta[RUN_META]) if meta.get(RUN_META) else kept_run(caller)
-    if key is None and tool.effect != ToolEffect.READ_ONLY:
+    if tool.effect == ToolEffect.READ_ONLY:
+        with unflushed_commits():
+            return _read(caller, tool, run, key, target, desired, version, reason)
+    if key is None:
         key = derived_key(run.pk, tool, arguments)
     try:
         with origin.proposing_from(origin.MCP, caller.client):
@@ -436,19 +484,50 @@ def call_tool(caller: Caller, name: str, arguments: dict | None, meta: dict) -> 
         return Outcome(
             awaiting={"action": str(action.pk), "link": approval_link(caller, action.pk)}
         )
-    upstream = None
-    if tool.effect == ToolEffect.READ_ONLY and action.state == ActionState.QUEUED:
-        # A read passes through: dispatched here, in this request's thread, by the engine's
-        # own claim and settle (a worker that claims it first wins, and we wait instead).
-        action_dispatch(action.pk)
-        upstream = take_answer(action.pk)
     _, resource = wait_for(caller, action.pk, settings.MCP_CALL_WAIT_SECONDS)
-    result = result_for(resource, replayed=not created, changed=changed)
-    if upstream is not None and resource["state"] == ActionState.SUCCEEDED:
-        result["content"] = upstream.get("content") or result["content"]
-        if upstream.get("structuredContent") is not None:
-            result["structuredContent"]["answer"] = upstream["structuredContent"]
-    return Outcome(result)
+    return Outcome(result_for(resource, replayed=not created, changed=changed))
+
+
+@contextmanager
+def unflushed_commits():
+    """For a read's own records only: commit without waiting for the WAL to reach the disk
+    (`synchronous_commit = off`, on this request's connection, reset after). A crash may
+    lose the record of a read from its last fraction of a second; a read changed nothing,
+    and every side effect's records keep waiting for the flush as always."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET synchronous_commit TO off")
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("RESET synchronous_commit")
+
+
+def _read(caller, tool, run, key, target, desired, version, reason) -> Outcome:
+    """A read_only tool's call passes through: recorded as an action (no ledger key, no
+    approval), dispatched here, in this request's thread, by the engine's own claim and
+    settle, and its whole answer handed back. No worker is woken for it; should the
+    sweep's drain claim it first, this waits for that instead."""
+    with origin.proposing_from(origin.MCP, caller.client):
+        action, _, _ = action_propose(
+            run=run,
+            tool=tool,
+            target=target,
+            desired_state=desired,
+            expected_version=version,
+            idempotency_key=key,
+            reason=reason,
+            actor=caller.actor,
+            inline=True,
+        )
+    upstream = None
+    if action.state == ActionState.QUEUED:
+        done = action_dispatch(action.pk)
+        upstream = take_answer(action.pk)
+        if done is not None and done.state == ActionState.SUCCEEDED:
+            return Outcome(_passed_through(done, upstream))
+    _, resource = wait_for(caller, action.pk, settings.MCP_CALL_WAIT_SECONDS)
+    return Outcome(result_for(resource, replayed=False, changed=False))
 
 
 # --- approvals: the requestState round trip ------------------------------------------------

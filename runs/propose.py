@@ -117,6 +117,7 @@ def _action_propose(
     reason: str = "",
     actor: Actor,
     known=None,
+    inline: bool = False,
 ) -> tuple[Action, bool, bool]:
     """Record a proposed side effect under its idempotency key.
 
@@ -127,7 +128,9 @@ def _action_propose(
     the existing action and dispatches nothing; a different intent raises
     IdempotencyConflict and creates nothing. `known` is what `selectors.propose_lookup`
     already read for this key (the API passes it, so that a hit costs one read); without
-    it the live entry is read here.
+    it the live entry is read here. `inline`: a read_only tool's action will be dispatched
+    by the caller itself, in its own thread (the MCP gateway's pass-through), so no worker
+    is woken for it (a read the caller fails to dispatch waits for the next sweep).
     """
     if run.status != RunStatus.RUNNING:
         raise RunNotRunning(f"This run is {run.status}; only a running run may propose.")
@@ -150,6 +153,7 @@ def _action_propose(
                 approval_id=approval_id,
                 reason=reason,
                 actor=actor,
+                wake=not inline,
                 **intent,
             ),
             True,
@@ -273,6 +277,7 @@ def _read_action_create(
     approval_id,
     reason: str,
     actor: Actor,
+    wake: bool = True,
 ) -> Action:
     """A read_only tool's action (issue 13): no approval and no ledger key space.
 
@@ -326,7 +331,7 @@ def _read_action_create(
                 **origin.as_dict(),
             },
         )
-        if state == ActionState.QUEUED:
+        if state == ActionState.QUEUED and wake:
             enqueue_dispatch()
     return action
 

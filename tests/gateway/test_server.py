@@ -49,13 +49,16 @@ def test_one_apply_per_key_however_often_the_call_is_re_issued(world, worker, mc
 
     async def one(meta):
         async with mcp_client(mcp_url, world.agent.token) as client:
-            answers.append(
-                await client.call_tool(
+            while True:  # past the per-principal cap of waits, "in progress": ask again
+                answer = await client.call_tool(
                     "update_ticket",
                     {"target": target, "desired_state": {"status": "closed"}},
                     meta=meta,
                 )
-            )
+                answers.append(answer)
+                if answer.structured_content["state"] not in ("queued", "dispatching"):
+                    return
+                await anyio.sleep(0.2)
 
     async def go():
         async with anyio.create_task_group() as tg:
@@ -71,10 +74,11 @@ def test_one_apply_per_key_however_often_the_call_is_re_issued(world, worker, mc
     }
     derived = {a.structured_content["action_id"] for a in answers} - keyed
     assert len(keyed) == 1 and len(derived) == 1  # one action per key, whoever won the race
-    assert sorted(a.structured_content["replayed"] for a in answers).count(False) == 2
+    assert [a.structured_content["replayed"] for a in answers].count(False) == 2
     for action in Action.objects.filter(pk__in=keyed | derived):
         assert action.attempts.count() == 1, action  # sent once
-    assert all(a.structured_content["state"] == "succeeded" for a in answers)
+    final = [a for a in answers if a.structured_content["state"] not in ("queued", "dispatching")]
+    assert len(final) == 8 and all(a.structured_content["state"] == "succeeded" for a in final)
 
 
 def test_a_named_run_and_a_finished_one(world, worker, mcp_url):
