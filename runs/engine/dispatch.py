@@ -13,6 +13,7 @@ as unknowns to reconcile, never as queued.
 """
 
 import contextlib
+from datetime import timedelta
 import logging
 import time
 
@@ -137,12 +138,29 @@ def action_log_context(action: Action, span: str):
         yield
 
 
+def lease_running_out(action: Action) -> bool:
+    """Too little of the lease is left to start a call: less than half the grace."""
+    if action.lease_expires_at is None:
+        return False
+    margin = timedelta(seconds=settings.DISPATCH_LEASE_GRACE_SECONDS / 2)
+    return timezone.now() >= action.lease_expires_at - margin
+
+
 def dispatch_leased(action: Action, attempt: Attempt, *, actor: Actor = DISPATCHER) -> None:
     """Call the tool for a leased action and settle it; at most once past the boundary."""
     claimed_at = attempt.started_at
     with action_log_context(action, "takeover.dispatch"):
         not_sent = 0
         while True:
+            if lease_running_out(action):
+                # A starved worker: the sweeper is about to write this lease off and hand
+                # the action to reconciliation. Sending now could land after that decision,
+                # so send nothing; to the sweeper it is a worker that was lost.
+                logger.warning(
+                    "action %s: dispatch lease runs out before the call could start; not sent",
+                    action.pk,
+                )
+                return
             result = call_tool(action)
             if result.outcome != AttemptOutcome.NOT_SENT or not_sent >= settings.SAFE_RETRY_LIMIT:
                 break

@@ -2,6 +2,8 @@
 downstream, whose own counters judge: the one safe retry of a request that never left, a
 request that never leaves, a stale expected_version."""
 
+import time
+
 import pytest
 
 from ..scenarios import key, target
@@ -52,3 +54,34 @@ def test_stale_expected_version_fails_with_version_conflict(w):
     assert action["state"] == "failed"
     assert action["failure_reason"] == "version_conflict"
     assert w.downstream.mutations(t) == 0
+
+
+def test_a_worker_starved_until_its_lease_runs_out_sends_nothing(world):
+    """The sweeper writes a lease off when it runs out; a call started that late could land
+    after reconciliation decided. A worker that finds its lease nearly gone sends nothing and
+    leaves the action to the sweeper, as if it had been lost."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from runs.engine.dispatch import dispatch_leased
+    from runs.engine.leases import action_lease, expire_leases
+    from runs.models import Action
+
+    world.tool("update_ticket")
+    run = world.start_run()
+    t, k = target(), key()
+    response = world.propose(
+        run["id"], k, tool="update_ticket", target=t, desired_state={"status": "open"}
+    )
+    action, attempt = action_lease(response.json()["id"])
+    action.lease_expires_at = timezone.now() + timedelta(seconds=0.5)
+    Action.objects.filter(pk=action.pk).update(lease_expires_at=action.lease_expires_at)
+
+    dispatch_leased(action, attempt)
+    assert Action.objects.get(pk=action.pk).state == "dispatching"
+    assert world.downstream.received(k) == 0
+
+    time.sleep(0.6)
+    assert expire_leases() == [action.pk]
+    assert Action.objects.get(pk=action.pk).state == "unknown"

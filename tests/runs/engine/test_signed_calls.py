@@ -135,7 +135,10 @@ def test_adversarial_keys_and_targets_reach_the_tool_exactly_and_signed(
         apply = ("POST", "/tool/effects")
         lookup = ("GET", f"/tool/effects/{signing.segment(key)}")
         read = ("GET", f"/tool/state/{signing.segment(target)}")
-        assert seen == {apply, lookup, read}, (key, target, seen)
+        # The apply may never have been sent: a worker that lost its lease before sending
+        # must not send (the sweeper then finds nothing and hands it over). Every request
+        # that was sent is one of the three, at its exact path.
+        assert {lookup, read} <= seen <= {apply, lookup, read}, (key, target, seen)
         assert unquote(lookup[1].rsplit("/", 1)[1]) == key
         assert unquote(read[1].rsplit("/", 1)[1]) == target
         for method, path, headers, body in by_action[action_id]:
