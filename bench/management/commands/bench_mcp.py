@@ -11,10 +11,12 @@ each and what Takeover adds; the aim is p99 added ≤ 15 ms. (bench/mcp.py)
 """
 
 import logging
+import os
 
 from django.core.management.base import BaseCommand
 
 from bench import mcp
+from bench.loadgen import cpu_seconds
 
 from .soak_mcp import in_own_database, mcp_stack, register
 
@@ -51,14 +53,21 @@ class Command(BaseCommand):
             args = {"status": "open"}
             n, c = opts["calls"], opts["clients"]
             out(f"-- {c} clients × {n} calls each, read-only search_tickets")
+            web, upstream_pids = stack.procs["web"].pids(), stack.procs["mcp"].pids()
+            cpu0 = cpu_seconds(upstream_pids)
             direct = mcp.summary(
                 mcp.timed_calls(upstream, None, "search_tickets", args, clients=c, calls=n)
             )
+            cpu1, web0 = cpu_seconds(upstream_pids), cpu_seconds(web)
             through = mcp.summary(
                 mcp.timed_calls(
                     f"{stack.url}/mcp", token, "search_tickets", args, clients=c, calls=n
                 )
             )
+            web1 = cpu_seconds(web)
+            calls = n + 10  # the warm-up calls count for CPU
+            upstream_cpu = (cpu1 - cpu0) / (c * calls) * 1000
+            web_cpu = (web1 - web0) / (c * calls) * 1000
         finally:
             stack.stop()
         out("")
@@ -70,3 +79,8 @@ class Command(BaseCommand):
         row = f"{added['p50']:>8.1f}{added['p99']:>8.1f}{added['mean']:>8.1f}"
         out(f"  {'added by Takeover':<22}{row}")
         out(f"  aim: p99 added ≤ 15 ms: {'met' if added['p99'] <= 15 else 'NOT met'}")
+        out(
+            f"  CPU per call: the upstream {upstream_cpu:.1f} ms; Takeover's web processes "
+            f"{web_cpu:.1f} ms (its database's share not counted)"
+        )
+        out(f"  load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
