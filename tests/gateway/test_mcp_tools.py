@@ -134,3 +134,23 @@ def test_the_console_shows_the_suggestion_and_an_admin_confirms_it(world, demo_m
     assert done.status_code == 303
     mail.refresh_from_db()
     assert mail.effect == "idempotent" and mail.declared_by["name"] == world.admin.username
+
+
+def test_make_run_registers_one_mcp_tool(live_db, tmp_path):
+    from core.models import Tool
+    from demo.setup import MCP_TOOL, TENANT, demo_setup
+
+    url = "http://127.0.0.1:8200/mcp"
+    first = demo_setup(downstream_url="http://127.0.0.1:8100", var_dir=tmp_path, mcp_url=url)
+    again = demo_setup(
+        downstream_url="http://127.0.0.1:8100",
+        var_dir=tmp_path,
+        mcp_url=url.replace("8200", "8201"),
+    )
+    tool = Tool.objects.get(tenant__slug=TENANT, name=MCP_TOOL)
+    assert f"tool {MCP_TOOL} (MCP)" in first.created or tool.kind == "mcp"
+    assert f"tool {MCP_TOOL} (MCP)" not in again.created
+    assert tool.kind == "mcp" and tool.effect == "unsafe"
+    assert tool.base_url.endswith(":8201/mcp")  # follows MCP_DEMO_PORT
+    assert tool.mcp["tool"] == "update_ticket" and tool.mcp["read_tool"] == "get_ticket"
+    assert tool.mcp["annotations"]["destructiveHint"] is True and tool.mcp["suggested"] is None

@@ -130,6 +130,7 @@ def stack_env(live_db, tmp_path):
         "CELERY_QUEUE": f"launcher-{name}",
         "PORT": str(free_port()),
         "DOWNSTREAM_PORT": str(free_port()),
+        "MCP_DEMO_PORT": str(free_port()),
         "WORKER_METRICS_PORT": str(free_port()),
         "PYTHONUNBUFFERED": "1",
     }
