@@ -26,7 +26,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CLIENT_INFO_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from . import bridge, calls
+from . import approvals, bridge, calls
 
 NAME = "takeover"
 
@@ -58,7 +58,9 @@ async def on_call_tool(ctx, params):
                 plaintext = json.loads(state)
             except (TypeError, ValueError) as exc:
                 raise calls.CallRefused("Invalid or expired requestState") from exc
-            outcome = await bridge.in_request_thread(calls.resume, caller, params.name, plaintext)
+            outcome = await bridge.in_request_thread(
+                approvals.resume, caller, params.name, plaintext
+            )
         else:
             outcome = await bridge.in_request_thread(
                 calls.call_tool, caller, params.name, params.arguments, meta
@@ -68,8 +70,8 @@ async def on_call_tool(ctx, params):
     if outcome.awaiting is None:
         return types.CallToolResult.model_validate(outcome.result)
     if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
-        return types.CallToolResult.model_validate(calls.awaiting_result(outcome.awaiting))
-    sealed_later = json.dumps(calls.new_state(outcome.awaiting))  # sealed by the boundary
+        return types.CallToolResult.model_validate(approvals.awaiting_result(outcome.awaiting))
+    sealed_later = json.dumps(approvals.new_state(outcome.awaiting))  # sealed by the boundary
     if state is not None:  # the client has the link already: wait for the decision again
         return types.InputRequiredResult(request_state=sealed_later)
     link = outcome.awaiting["link"]
