@@ -249,7 +249,7 @@ def tool_dict(tool, *, with_url: bool = True, with_secret: bool = False) -> dict
             "signing_secret_created_at",
             "previous_secret_expires_at",
         ):
-            del out[operator_only]
+            out.pop(operator_only, None)
     return out
 
 

@@ -380,6 +380,7 @@ class FakeTakeover:
             "identity_fields": tool.identity_fields,
             "timeout_seconds": 10.0,
             "created_at": _now(),
+            "kind": "http",
         }
 
     # --- the engine -------------------------------------------------------------------
@@ -472,6 +473,8 @@ class FakeTakeover:
             "attempts": [],
             "reconciliations": [],
             "claimed_by": None,
+            "origin": "api",
+            "client": None,
             "created_at": now,
             "updated_at": now,
         }
