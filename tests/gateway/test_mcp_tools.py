@@ -99,9 +99,13 @@ def test_register_over_the_api_and_confirm_the_suggestion(world, demo_mcp):
         format="json",
     )
     assert confirmed.status_code == 200 and confirmed.json()["effect"] == "idempotent"
-    # Listed to the agent without where it lives.
+    # Listed to the agent without where it lives, beside an HTTP tool.
     seen = world.agent.client().get("/api/v1/tools/outbox").json()
     assert seen["kind"] == "mcp" and "mcp" not in seen and "base_url" not in seen
+    world.tool("update_ticket")
+    listed = world.agent.client().get("/api/v1/tools")
+    assert listed.status_code == 200, listed.content
+    assert sorted(t["kind"] for t in listed.json()["results"]) == ["http", "mcp"]
     for bad, field in (
         ({**body, "name": "x1", "mcp": {**body["mcp"], "tool": "no_such"}}, "mcp.tool"),
         ({**body, "name": "x2", "mcp": {"tool": "send_email"}}, "mcp.target_argument"),
@@ -113,7 +117,7 @@ def test_register_over_the_api_and_confirm_the_suggestion(world, demo_mcp):
         response = admin.post("/api/v1/tools", bad, format="json")
         assert response.status_code == 400, (bad, response.content)
         assert field in response.json()["errors"], (field, response.json())
-    assert world.tenant.tools.count() == 1
+    assert world.tenant.tools.count() == 2
 
 
 def test_the_console_shows_the_suggestion_and_an_admin_confirms_it(world, demo_mcp, client):
