@@ -194,7 +194,7 @@ def test_make_run_children_die_with_a_killed_launcher_and_a_new_run_stops_leftov
         tree = first.tree()
         state = first.state()
         names = set(state["groups"].values())
-        assert names == {"downstream", "web", "worker", "beat", "agent"}
+        assert names == {"downstream", "mcp", "web", "worker", "beat", "agent"}
         assert state["watchdog"] in tree
         assert len(tree) >= 8  # five children, gunicorn's two workers, the watchdog
 
