@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-bench run test lint format bench soak screenshots migrate clean deploy-check client-api lock
+.PHONY: install install-bench run test lint format bench soak soak-mcp screenshots migrate clean deploy-check client-api lock
 
 # The dependencies come from the hash-locked requirements/dev.txt (`make lock` writes it from
 # pyproject.toml); the server and the client install editable on top, without resolving.
@@ -87,13 +87,20 @@ lock:
 # End-to-end engine figures (effects/s, ledger hits/s, propose latency, writes and WAL per
 # effect, CPU per effect) against pgbench TPC-B on the same server, then the queue page's
 # median server time with 100,000 actions. BENCH_ARGS="--effects 5000" to change.
+# Then what Takeover's /mcp adds to a read-only MCP call (p50/p99, 4 clients; bench_mcp).
 bench: $(STAMP)
 	$(BIN)/python manage.py bench $(BENCH_ARGS)
+	$(BIN)/python manage.py bench_mcp $(BENCH_MCP_ARGS)
 
 # The fault-injection soak: N actions (default 10,000) with a worker SIGKILLed every 10 s;
 # prints the invariant table. SOAK_ARGS="--actions 2000" to change.
 soak: $(STAMP)
 	$(BIN)/python manage.py soak $(SOAK_ARGS)
+
+# The MCP cut-stream soak: 1,000 calls through /mcp to an MCP tool that commits and then
+# cuts the stream, each re-issued until answered (docs/mcp.md). SOAK_MCP_ARGS to change.
+soak-mcp: $(STAMP)
+	$(BIN)/python manage.py soak_mcp $(SOAK_MCP_ARGS)
 
 # Screenshots of every console page at 1280×800 and 390×844, with demo data, into ./var/screenshots/.
 screenshots: $(STAMP) $(CHROMIUM)

@@ -7,48 +7,16 @@ not a member of, existing or not, is a 403 (so the answer never says whether it 
 
 from datetime import timedelta
 
-from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
-from core.access import TENANT_HEADER, operator_viewer, principal_viewer
-from core.models import ApiToken, Principal, Tenant, hash_token
-from core.rows import columns, instance, width
+from core.access import TENANT_HEADER, operator_viewer, principal_viewer, token_lookup
+from core.models import ApiToken, hash_token
 
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 INVALID_TOKEN = "Invalid, expired or revoked token."
-
-
-# Every API request starts here, so it is one hand-written statement: the ORM's compilation
-# of this select_related query cost more CPU than all the rest of a ledger hit.
-TOKEN_LOOKUP = f"""
-SELECT {columns(ApiToken, "k")}, {columns(Principal, "p")}, {columns(Tenant, "t")}
-FROM core_apitoken k
-LEFT JOIN core_principal p ON p.id = k.principal_id
-LEFT JOIN core_tenant t ON t.id = p.tenant_id
-WHERE k.key_hash = %s AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > %s)
-"""  # noqa: S608 -- built from model metadata only
-
-
-def token_lookup(key_hash: str, now) -> ApiToken | None:
-    """The live token (neither revoked nor expired at `now`) with this hash, its principal
-    and tenant loaded (an operator's user is loaded on first use)."""
-    with connection.cursor() as cursor:
-        cursor.execute(TOKEN_LOOKUP, [key_hash, now])
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    nk, np_ = width(ApiToken), width(Principal)
-    token = instance(ApiToken, row[:nk])
-    if row[nk] is not None:
-        principal = instance(Principal, row[nk : nk + np_])
-        principal.tenant = instance(Tenant, row[nk + np_ :])
-        token.principal = principal
-    else:
-        token.principal = None
-    return token
 
 
 class BearerTokenAuthentication(authentication.BaseAuthentication):

@@ -4,7 +4,7 @@ PostgreSQL would refuse (NUL, lone surrogates, integers outside 64 bits, deep ne
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from .jsonsafe import MAX_DEPTH, bad_string, problem_in
+from core.jsonsafe import MAX_DEPTH, bad_string, problem_in
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 

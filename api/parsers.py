@@ -4,8 +4,7 @@ from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
 from core.errors import ValidationFailed
-
-from .jsonsafe import JSONRefused, loads
+from core.jsonsafe import JSONRefused, loads
 
 
 def refused(exc: JSONRefused, default_field: str = "body") -> ValidationFailed:

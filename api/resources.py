@@ -10,7 +10,7 @@ from drf_spectacular.utils import (
 from rest_framework import serializers
 
 from approvals.models import ApprovalState, RequestState
-from core.models import ToolEffect
+from core.models import ToolEffect, ToolKind
 from ledger.models import LedgerStatus
 from runs.states import (
     ActionState,
@@ -131,6 +131,13 @@ class ActionOut(serializers.Serializer):
     reconciliations = ReconciliationOut(many=True)
     claimed_by = serializers.CharField(
         allow_null=True, help_text="The on-call holding it in the console."
+    )
+    origin = _choice(
+        [("api", "api"), ("mcp", "mcp"), ("cli", "cli")],
+        help_text="Where it was proposed: the API, Takeover's /mcp, or the takeover CLI.",
+    )
+    client = serializers.CharField(
+        allow_null=True, help_text="The MCP client's name (or the CLI's), when it said one."
     )
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
@@ -279,6 +286,19 @@ class AuditEventOut(serializers.Serializer):
     request_id = serializers.CharField(allow_blank=True)
 
 
+class ToolMcpOut(serializers.Serializer):
+    tool = serializers.CharField(help_text="The upstream tool that applies the effect.")
+    target_argument = serializers.CharField()
+    read_tool = serializers.CharField()
+    lookup_tool = serializers.CharField(allow_null=True)
+    annotations = serializers.DictField(help_text="The upstream's hints, as listed.")
+    suggested_effect = serializers.CharField(
+        allow_null=True,
+        help_text="What the hints suggest (`read_only`, `idempotent`): applied only when an "
+        "admin confirms it (POST /tools/{name}/declaration).",
+    )
+
+
 class ToolOut(serializers.Serializer):
     id = serializers.UUIDField()
     name = serializers.CharField()
@@ -308,6 +328,11 @@ class ToolOut(serializers.Serializer):
         allow_null=True,
         help_text="While set and in the future, requests are signed with the previous secret too.",
     )
+    kind = _choice(
+        ToolKind.choices,
+        help_text="`http`: the tool protocol at base_url; `mcp`: an MCP server's tool.",
+    )
+    mcp = ToolMcpOut(required=False, help_text="An MCP tool's upstream (operators only).")
 
 
 class ToolCreatedOut(ToolOut):

@@ -2,7 +2,7 @@
 
 from rest_framework import serializers
 
-from core.models import Role, ToolEffect
+from core.models import Role, ToolEffect, ToolKind
 from runs.states import RunStatus, Trigger
 
 from .fields import (
@@ -151,6 +151,32 @@ class ToolIn(serializers.Serializer):
     requires_approval = StrictBooleanField(required=False, default=False)
     identity_fields = StringListField(required=False, default=list)
     timeout_seconds = StrictFloatField(min_value=0.1, max_value=300, required=False, default=10)
+    kind = serializers.ChoiceField(
+        choices=ToolKind.choices,
+        required=False,
+        default="http",
+        help_text="`http`: speaks the tool protocol at base_url; `mcp`: a tool of the MCP "
+        "server whose Streamable HTTP endpoint is base_url (then `mcp` is required).",
+    )
+    mcp = JSONObjectField(
+        required=False,
+        help_text="For `kind: mcp`: `tool` (the upstream tool that applies), "
+        "`target_argument` (which of its arguments is the target), `read_tool` and "
+        '`read_arguments` ("{target}" replaced), optionally `lookup_tool` and '
+        '`lookup_arguments` ("{key}", "{target}" replaced). The upstream\'s annotations '
+        "become a suggested declaration an admin confirms; the tool is `unsafe` until then.",
+    )
+
+    def validate(self, data):
+        if data.get("kind") == "mcp" and not data.get("mcp"):
+            raise serializers.ValidationError({"mcp": ["Required for an MCP tool."]})
+        if data.get("kind", "http") == "http" and data.get("mcp"):
+            raise serializers.ValidationError({"mcp": ["Only for kind: mcp."]})
+        if data.get("kind") == "mcp" and data.get("effect", "unsafe") != "unsafe":
+            raise serializers.ValidationError(
+                {"effect": ["An MCP tool starts unsafe; confirm its suggested declaration."]}
+            )
+        return data
 
 
 class ToolRotateSecretIn(serializers.Serializer):

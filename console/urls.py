@@ -15,6 +15,7 @@ from . import (
     signin,
     sso,
     tokens,
+    tools,
     views,
 )
 
@@ -65,6 +66,8 @@ urlpatterns = [
         name="force_reject",
     ),
     path("settings/", settings_views.tenant_settings, name="tenant_settings"),
+    path("tools/", tools.tools, name="tools"),
+    path("tools/<uuid:pk>/confirm/", tools.confirm_suggestion, name="tool_confirm"),
     path("replays.csv", replay_views.replays_csv, name="replays_csv"),
     path("audit/", audit_views.audit, name="audit"),
     path("audit.csv", audit_views.audit_csv, name="audit_csv"),

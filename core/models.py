@@ -172,11 +172,22 @@ class ToolEffect(models.TextChoices):
     UNSAFE = "unsafe"
 
 
+class ToolKind(models.TextChoices):
+    HTTP = "http"  # speaks the tool protocol (docs/design.md, "The tool protocol")
+    MCP = "mcp"  # an MCP server's tool (docs/mcp.md, "MCP servers as tools")
+
+
 class Tool(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="tools")
     name = models.CharField(max_length=100)
+    # For an MCP tool, the MCP server's Streamable HTTP endpoint.
     base_url = models.URLField(max_length=500)
+    kind = models.CharField(max_length=8, choices=ToolKind.choices, default=ToolKind.HTTP)
+    # An MCP tool's upstream: {"tool", "target_argument", "read_tool", "read_arguments",
+    # "lookup_tool", "lookup_arguments", "input_schema", "annotations", "suggested"}
+    # (runs/mcp_tools.py checks and explains each). Null for an HTTP tool.
+    mcp = models.JSONField(null=True, blank=True)
     # What the tool's owner declares it is (README, "The tool protocol", optional
     # capabilities). Claims, not facts: the engine relies on them (resends, lookups, replay
     # verdicts), so changing one is an admin's audited act (`core.services.tool_declare`),

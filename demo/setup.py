@@ -130,7 +130,28 @@ def _reissue_token(path: Path, *, tenant: Tenant, **owner) -> None:
     _write_token(path, raw)
 
 
-def demo_setup(*, downstream_url: str, var_dir: Path) -> DemoSetup:
+MCP_TOOL = "ticket_status"  # the demo MCP server's update_ticket, through Takeover
+
+
+def _register_mcp_tool(tenant, mcp_url: str) -> None:
+    """One MCP tool for `make run`: the demo MCP server's `update_ticket` (demo/mcp_server.py),
+    read back through its `get_ticket`. Registered from the server's own listing (the module
+    is importable: no network at set-up), so its hints are kept as a suggestion."""
+    from demo.mcp_server import TOOLS
+    from runs.mcp_tools import mcp_tool_register
+
+    listing = next(t for t in TOOLS if t.name == "update_ticket")
+    mcp_tool_register(
+        tenant=tenant,
+        name=MCP_TOOL,
+        base_url=mcp_url,
+        config={"tool": "update_ticket", "target_argument": "ticket_id", "read_tool": "get_ticket"},
+        listing=listing.model_dump(by_alias=True, exclude_none=True),
+        actor=DEMO,
+    )
+
+
+def demo_setup(*, downstream_url: str, var_dir: Path, mcp_url: str | None = None) -> DemoSetup:
     """Create what is missing, repair what drifted, leave the rest alone."""
     result = DemoSetup(tenant=TENANT, agent_token_file=var_dir / "demo-agent.token")
 
@@ -195,6 +216,13 @@ def demo_setup(*, downstream_url: str, var_dir: Path) -> DemoSetup:
                     reason="make run: what the demo downstream offers",
                     **declared,
                 )
+    if mcp_url and not Tool.objects.filter(tenant=tenant, name=MCP_TOOL).exists():
+        _register_mcp_tool(tenant, mcp_url)
+        result.created.append(f"tool {MCP_TOOL} (MCP)")
+    elif mcp_url:
+        Tool.objects.filter(tenant=tenant, name=MCP_TOOL, kind="mcp").exclude(
+            base_url=mcp_url
+        ).update(base_url=mcp_url)
     base = downstream_url.rstrip("/") + "/"
     for tool in Tool.objects.filter(tenant=tenant, base_url__startswith=base):
         result.tool_secrets.extend(tool.signing_secrets())

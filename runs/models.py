@@ -139,6 +139,10 @@ class Action(models.Model):
     # The agent's own words for why it proposes this (shown to approvers; not part of the
     # intent fingerprint, so a reworded reason is the same effect).
     reason = models.TextField(blank=True, default="")
+    # Where the proposal came from: `api`, `mcp` (Takeover's /mcp, gateway/) or `cli`, and
+    # for MCP the client's own name (runs/origin.py). Shown in the console and the CLI.
+    origin = models.CharField(max_length=8, default="api", db_default="api")
+    client = models.CharField(max_length=200, blank=True, default="", db_default="")
     # A blocked action is final; an on-call person acknowledging it takes it out of the
     # open queue (it stays findable from its run, the audit log and search).
     acknowledged_at = models.DateTimeField(null=True, blank=True)

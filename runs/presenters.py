@@ -89,6 +89,8 @@ def action_resource(
         "reconciliations": reconciliations,
         "claimed_by": claimed_by,
         "reason": action.reason or None,
+        "origin": action.origin,
+        "client": action.client or None,
         "resolved_on_read": action.resolved_on_read_id,
         "acknowledged_at": _iso(action.acknowledged_at),
         "acknowledged_by": action.acknowledged_by,
@@ -230,16 +232,24 @@ def tool_dict(tool, *, with_url: bool = True, with_secret: bool = False) -> dict
         "created_at": _iso(tool.created_at),
         "signing_secret_created_at": _iso(tool.signing_secret_created_at),
         "previous_secret_expires_at": _iso(tool.previous_secret_expires_at),
+        "kind": tool.kind,
     }
+    if tool.mcp:  # an MCP tool's upstream (operators only, like base_url)
+        out["mcp"] = {
+            k: tool.mcp.get(k)
+            for k in ("tool", "target_argument", "read_tool", "lookup_tool", "annotations")
+        }
+        out["mcp"]["suggested_effect"] = tool.mcp.get("suggested")
     if with_secret:
         out["signing_secret"] = tool.signing_secret
     if not with_url:
         for operator_only in (
             "base_url",
+            "mcp",
             "signing_secret_created_at",
             "previous_secret_expires_at",
         ):
-            del out[operator_only]
+            out.pop(operator_only, None)
     return out
 
 

@@ -33,7 +33,7 @@ from ledger.services import (
     ledger_set_status,
 )
 
-from . import alerts
+from . import alerts, origin
 from .models import Action, Run
 from .moves import enqueue_dispatch
 from .states import ActionState, RunStatus
@@ -117,6 +117,7 @@ def _action_propose(
     reason: str = "",
     actor: Actor,
     known=None,
+    inline: bool = False,
 ) -> tuple[Action, bool, bool]:
     """Record a proposed side effect under its idempotency key.
 
@@ -127,7 +128,9 @@ def _action_propose(
     the existing action and dispatches nothing; a different intent raises
     IdempotencyConflict and creates nothing. `known` is what `selectors.propose_lookup`
     already read for this key (the API passes it, so that a hit costs one read); without
-    it the live entry is read here.
+    it the live entry is read here. `inline`: a read_only tool's action will be dispatched
+    by the caller itself, in its own thread (the MCP gateway's pass-through), so no worker
+    is woken for it (a read the caller fails to dispatch waits for the next sweep).
     """
     if run.status != RunStatus.RUNNING:
         raise RunNotRunning(f"This run is {run.status}; only a running run may propose.")
@@ -150,6 +153,7 @@ def _action_propose(
                 approval_id=approval_id,
                 reason=reason,
                 actor=actor,
+                wake=not inline,
                 **intent,
             ),
             True,
@@ -273,6 +277,7 @@ def _read_action_create(
     approval_id,
     reason: str,
     actor: Actor,
+    wake: bool = True,
 ) -> Action:
     """A read_only tool's action: no approval and no ledger key space.
 
@@ -323,9 +328,10 @@ def _read_action_create(
                 "effect": ToolEffect.READ_ONLY,
                 "ledger": None,
                 "declaration": tool.declaration,
+                **origin.as_dict(),
             },
         )
-        if state == ActionState.QUEUED:
+        if state == ActionState.QUEUED and wake:
             enqueue_dispatch()
     return action
 
@@ -369,7 +375,10 @@ def _new_action(
     block_reason="",
 ) -> Action:
     """The proposal's action, unsaved (`entry`: its ledger entry; None for a read)."""
+    source, client = origin.current()
     return Action(
+        origin=source,
+        client=client,
         id=action_id,
         tenant=run.tenant,
         run=run,
@@ -406,6 +415,7 @@ def _proposal_events(entry, action: Action, *, actor: Actor) -> list[AuditEvent]
                     "block_reason": action.block_reason or None,
                     "idempotency_key": entry.key,
                     "approval_id": str(action.approval_id) if action.approval_id else None,
+                    **origin.as_dict(),
                 },
             )
         ),

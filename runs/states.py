@@ -227,3 +227,4 @@ class Trigger(models.TextChoices):
     CHAT = "chat"
     WEBHOOK = "webhook"
     API = "api"
+    MCP = "mcp"  # a run Takeover keeps for an MCP client (gateway/calls.py)

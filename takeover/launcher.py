@@ -9,6 +9,7 @@ web            gunicorn on 127.0.0.1:$PORT (default 8000), 2 workers × 8 thread
 worker         a Celery worker (threads pool, concurrency 8): dispatch and reconciliation
 beat           Celery beat: the periodic sweep (lost messages, expired leases, stale runs)
 downstream     the demo tool server on 127.0.0.1:$DOWNSTREAM_PORT (default 8100)
+mcp            the demo MCP server (tickets, outbox) on 127.0.0.1:$MCP_DEMO_PORT (default 8200)
 agent          the demo agent (``demo.agent``), speaking only HTTP API v1
 =============  ============================================================================
 
@@ -70,7 +71,7 @@ NOISE = re.compile(
 
 WORKER_METRICS_PORT = 9808
 
-COLORS = {"web": 34, "worker": 32, "beat": 36, "downstream": 35, "agent": 33}
+COLORS = {"web": 34, "worker": 32, "beat": 36, "downstream": 35, "mcp": 35, "agent": 33}
 
 
 class Output:
@@ -118,6 +119,7 @@ class Launcher:
         self.out = Output()
         self.port = int(os.environ.get("PORT", 8000))
         self.downstream_port = int(os.environ.get("DOWNSTREAM_PORT", 8100))
+        self.mcp_port = int(os.environ.get("MCP_DEMO_PORT", 8200))
         self.verbose = os.environ.get("VERBOSE", "") not in ("", "0")
         self.embedded = not os.environ.get("DATABASE_URL")
         self.children: list[Child] = []
@@ -153,7 +155,11 @@ class Launcher:
             # that stopping it is ours again).
             stop_if_unused(earlier.embedded_var_dir)
         self.state_file.unlink(missing_ok=True)
-        for port, name in ((self.port, "PORT"), (self.downstream_port, "DOWNSTREAM_PORT")):
+        for port, name in (
+            (self.port, "PORT"),
+            (self.downstream_port, "DOWNSTREAM_PORT"),
+            (self.mcp_port, "MCP_DEMO_PORT"),
+        ):
             if not port_free(port):
                 holder = listener(port)
                 raise SystemExit(
@@ -187,7 +193,9 @@ class Launcher:
         self.out.say("Takeover: applying migrations…")
         call_command("migrate", interactive=False, verbosity=0)
         seeded = demo_setup(
-            downstream_url=f"http://127.0.0.1:{self.downstream_port}", var_dir=self.var_dir
+            downstream_url=f"http://127.0.0.1:{self.downstream_port}",
+            var_dir=self.var_dir,
+            mcp_url=f"http://127.0.0.1:{self.mcp_port}/mcp",
         )
         if seeded.created:
             self.out.say("Takeover: demo data created: " + ", ".join(seeded.created))
@@ -232,6 +240,7 @@ class Launcher:
         py = sys.executable
         return [
             ("downstream", [py, str(ROOT / "demo/downstream.py"), *downstream.split()]),
+            ("mcp", [py, "-m", "demo.mcp_server", "--port", str(self.mcp_port)]),
             ("web", [py, *web.split()]),
             ("worker", [py, *worker.split()]),
             ("beat", [py, *beat.split(), str(self.var_dir / "celerybeat-schedule")]),
@@ -322,6 +331,8 @@ class Launcher:
             f'    curl -H "Authorization: Bearer $(cat {rel(seeded.logins[1].token_file)})" '
             f"{url}/api/v1/queue",
             f"  Demo downstream: http://127.0.0.1:{self.downstream_port}/_control/stats",
+            f"  MCP (any MCP client, with the agent token as Bearer): {url}/mcp",
+            f"    the demo MCP server behind tool ticket_status: http://127.0.0.1:{self.mcp_port}/mcp",
             "",
             f"  Tools may only be reached at: {settings.TOOL_URL_ALLOWLIST}",
             "    (TOOL_URL_ALLOWLIST; e.g. TOOL_URL_ALLOWLIST='localhost,127.0.0.0/8,::1,"

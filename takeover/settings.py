@@ -8,6 +8,7 @@ ALLOWED_HOSTS     comma-separated (default 127.0.0.1,localhost).
 Engine tunables (seconds unless named otherwise) are at the bottom.
 """
 
+import hashlib
 import os
 import secrets
 from datetime import timedelta
@@ -105,6 +106,7 @@ INSTALLED_APPS = [
     "console",
     "demo",
     "takeover",  # the project: its management command readyz
+    "gateway",  # /mcp: Takeover as an MCP server (docs/mcp.md)
     "bench",  # make bench, make soak: the load generator and its commands
 ]
 
@@ -114,6 +116,7 @@ MIDDLEWARE = [
     "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "core.middleware.RequestIdMiddleware",
+    "runs.origin.OriginMiddleware",  # api, cli or mcp: where a proposal came from
     "core.middleware.ChunkedBodyMiddleware",
     "core.middleware.DatabaseUnavailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -332,6 +335,8 @@ SPECTACULAR_SETTINGS = {
         "ApprovalRequestStateEnum": "approvals.models.RequestState",
         "LedgerStatusEnum": "ledger.models.LedgerStatus",
         "TokenStateEnum": ["active", "revoked", "expired"],
+        "ToolKindEnum": "core.models.ToolKind",
+        "ActionOriginEnum": ["api", "mcp", "cli"],
         "BulkItemKindEnum": ["action", "run"],
         "ResolveOutcomeEnum": ["succeeded", "failed"],
         # The branches of a bulk body (api/schema.py, BulkIn).
@@ -483,6 +488,17 @@ CONSOLE_REREAD_AFTER_SECONDS = env_float("CONSOLE_REREAD_AFTER_SECONDS", 10)
 # claim like actions; a failed attempt is retried after NOTIFY_BACKOFF_BASE_SECONDS, doubling
 # up to NOTIFY_BACKOFF_MAX_SECONDS, NOTIFY_MAX_ATTEMPTS times in all.
 CONSOLE_URL = os.environ.get("CONSOLE_URL", "http://127.0.0.1:8000")  # links in messages
+
+# /mcp (gateway/, docs/mcp.md). A tools/call waits this long for its outcome before it
+# answers "still in progress, call again"; the requestState of an approval round trip is
+# sealed with MCP_REQUEST_STATE_KEY (shared by every web process; default: derived from
+# SECRET_KEY) and good for MCP_REQUEST_STATE_TTL_SECONDS.
+MCP_CALL_WAIT_SECONDS = env_float("MCP_CALL_WAIT_SECONDS", 20)
+MCP_REQUEST_STATE_TTL_SECONDS = env_float("MCP_REQUEST_STATE_TTL_SECONDS", 600)
+MCP_REQUEST_STATE_KEY = (
+    os.environ.get("MCP_REQUEST_STATE_KEY")
+    or hashlib.sha256(b"takeover/mcp/request-state:" + SECRET_KEY.encode()).hexdigest()
+)
 NOTIFY_TIMEOUT_SECONDS = env_float("NOTIFY_TIMEOUT_SECONDS", 5)
 NOTIFY_MAX_ATTEMPTS = int(os.environ.get("NOTIFY_MAX_ATTEMPTS", 8))
 NOTIFY_BACKOFF_BASE_SECONDS = env_float("NOTIFY_BACKOFF_BASE_SECONDS", 30)

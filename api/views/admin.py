@@ -38,7 +38,7 @@ from core.services import (
 )
 from ledger.selectors import ledger_entries_of, ledger_entry_for
 from ledger.services import ledger_revoke
-from runs import decisions, presenters
+from runs import decisions, mcp_tools, presenters
 
 from .common import (
     body_object,
@@ -255,7 +255,11 @@ def tools(request):
         return page(request, qs, lambda t: presenters.tool_dict(t, with_url=with_url))
     caller = require_operator(request, Role.ADMIN)
     fields = valid(serializers.ToolIn, body_object(request))
-    tool = tool_create(tenant=caller.tenant, actor=caller.actor, **fields)
+    if fields.pop("kind") == "mcp":  # an MCP server's tool (runs/mcp_tools.py)
+        tool = mcp_tools.register_listed(tenant=caller.tenant, actor=caller.actor, **fields)
+    else:
+        fields.pop("mcp", None)
+        tool = tool_create(tenant=caller.tenant, actor=caller.actor, **fields)
     return Response(presenters.tool_dict(tool, with_secret=True), status=201)
 
 

@@ -7,11 +7,12 @@ from rest_framework.decorators import api_view, parser_classes
 from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
 
-from api import jsonsafe, resources, schema, serializers
+from api import resources, schema, serializers
 from api.parsers import StrictJSONParser, refused
 from api.permissions import require_operator, require_principal
 from api.problems import problem
 from api.schema import errors_for, ok
+from core import jsonsafe
 from core.errors import ValidationFailed
 from core.models import Role
 from core.services import (

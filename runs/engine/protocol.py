@@ -30,6 +30,7 @@ from core.logs import traceparent
 
 from ..models import Action
 from ..states import AttemptOutcome, Verdict
+from . import mcp
 
 
 @dataclass
@@ -106,7 +107,10 @@ def call_tool(action: Action) -> CallResult:
         "expected_version": action.expected_version,
     }
     started = time.monotonic()
-    result = _post_effect(action, body)
+    if tool.kind == "mcp":  # an MCP server's tool: tools/call (runs/engine/mcp.py)
+        result = CallResult(**vars(mcp.call_tool(action)))
+    else:
+        result = _post_effect(action, body)
     metrics.record_tool_call(tool.name, result.outcome, time.monotonic() - started)
     return result
 
@@ -145,6 +149,8 @@ class Read:
 
 def read_authoritative(action: Action) -> Read:
     """GET the authoritative state: side-effect free, 3 attempts 200 ms apart."""
+    if action.tool.kind == "mcp":  # the declared read tool (runs/engine/mcp.py)
+        return Read(**vars(mcp.read_authoritative(action)))
     url = tool_url(action.tool, "state", action.target)
     detail = ""
     for attempt in range(settings.RECONCILE_READ_ATTEMPTS):
@@ -207,6 +213,8 @@ def lookup_effect(action: Action) -> Lookup:
     not say `"applied": true`, a timeout, a reset) → it could not tell, and reconciliation
     falls back to reading the state.
     """
+    if action.tool.kind == "mcp":  # the declared lookup tool (runs/engine/mcp.py)
+        return Lookup(**vars(mcp.lookup_effect(action)))
     key = action.idempotency_key
     try:
         response = send(action, "GET", tool_url(action.tool, "effects", key))

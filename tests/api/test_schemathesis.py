@@ -102,8 +102,8 @@ EXISTING = {"tool": "update_ticket", "principal": "agent", "base_url": "http://1
 
 def refer_to_what_exists(case, persona):
     """A schema says what a request looks like, not which names exist, where the deployer
-    lets tools live, or which cursors the API issued: a valid (positive) case names what the
-    fuzz world has, and starts at the first page."""
+    lets tools live, which MCP servers answer, or which cursors the API issued: a valid
+    (positive) case names what the fuzz world has, and starts at the first page."""
     if not case.meta.generation.mode.is_positive:
         return
     if isinstance(case.body, dict):
@@ -112,5 +112,11 @@ def refer_to_what_exists(case, persona):
                 case.body[field] = value
         if isinstance(case.body.get("operator"), str):
             case.body["operator"] = persona.username
+        if case.path == "/api/v1/tools" and case.method == "POST":
+            # An MCP tool is registered from its server's own listing, which needs a live
+            # MCP server (tests/gateway registers them against the demo one): the fuzz
+            # registers HTTP tools.
+            case.body.pop("mcp", None)
+            case.body["kind"] = "http"
     if case.query:
         case.query.pop("cursor", None)

@@ -112,6 +112,7 @@ def scene(downstream):
         "search": "/search/",
         "search results": f"/search/?q={needs.target}&list=1",
         "tokens": "/tokens/",
+        "tools": "/tools/",
         "notifications": "/notifications/",
         "delivery log": "/notifications/deliveries/",
         "preferences": "/preferences/",

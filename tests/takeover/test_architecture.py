@@ -14,6 +14,7 @@ PACKAGES = [
     "api",
     "console",
     "demo",
+    "gateway",
     "runs",
     "approvals",
     "ledger",
@@ -25,11 +26,11 @@ PACKAGES = [
 # to the product through the services (set-up) and the HTTP API (its agent) only. `bench`
 # (make bench, make soak) drives the whole project from outside, through the project's
 # process supervisor. `notifications` tells people what happened; the engine emits and
-# delivers through it, and it knows nothing of runs.
+# delivers through it, and it knows nothing of runs. `gateway` is the MCP door, beside the API.
 LAYERS = [
     "bench",
     "takeover",
-    ("api", "console", "demo"),
+    ("api", "console", "demo", "gateway"),
     "runs",
     ("approvals", "ledger", "notifications"),
     "core",

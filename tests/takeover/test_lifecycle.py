@@ -130,6 +130,7 @@ def stack_env(live_db, tmp_path):
         "CELERY_QUEUE": f"launcher-{name}",
         "PORT": str(free_port()),
         "DOWNSTREAM_PORT": str(free_port()),
+        "MCP_DEMO_PORT": str(free_port()),
         "WORKER_METRICS_PORT": str(free_port()),
         "PYTHONUNBUFFERED": "1",
     }
@@ -193,7 +194,7 @@ def test_make_run_children_die_with_a_killed_launcher_and_a_new_run_stops_leftov
         tree = first.tree()
         state = first.state()
         names = set(state["groups"].values())
-        assert names == {"downstream", "web", "worker", "beat", "agent"}
+        assert names == {"downstream", "mcp", "web", "worker", "beat", "agent"}
         assert state["watchdog"] in tree
         assert len(tree) >= 8  # five children, gunicorn's two workers, the watchdog
 

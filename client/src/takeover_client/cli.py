@@ -46,6 +46,8 @@ class Context:
             self._client = Takeover(
                 self.url, self.token, tenant=self.tenant, retry_for=self.retry_for
             )
+            # So that Takeover records what this CLI proposes as coming from the CLI.
+            self._client._http.headers["User-Agent"] = "takeover-cli/1"
         return self._client
 
 
@@ -203,6 +205,9 @@ def echo_action(a: dict) -> None:
     click.echo(f"action   {a['id']}  ({a['state']}{', ' + _why(a) if _why(a) else ''})")
     click.echo(f"run      {a['run']}")
     click.echo(f"intent   {a['principal']} → {a['tool']} on {a['target']!r}")
+    if a.get("origin"):
+        client = f" (client {a['client']})" if a.get("client") else ""
+        click.echo(f"from     {a['origin'].upper()}{client}")
     click.echo(f"desired  {json.dumps(a['desired_state'], ensure_ascii=False)}")
     click.echo(f"expected version {a['expected_version']}   key {a['idempotency_key']}")
     if a.get("approval_request_id"):

@@ -346,6 +346,7 @@ class FakeTakeover:
             "identity_fields": tool.identity_fields,
             "timeout_seconds": 10.0,
             "created_at": utc_now(),
+            "kind": "http",
         }
 
     # --- the engine -------------------------------------------------------------------
@@ -438,6 +439,8 @@ class FakeTakeover:
             "attempts": [],
             "reconciliations": [],
             "claimed_by": None,
+            "origin": "api",
+            "client": None,
             "created_at": now,
             "updated_at": now,
         }

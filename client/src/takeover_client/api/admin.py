@@ -262,6 +262,8 @@ class AdminOperations:
         requires_approval: bool | None = UNSET,
         identity_fields: list[str] | None = UNSET,
         timeout_seconds: float | None = UNSET,
+        kind: models.ToolKindEnum | None = UNSET,
+        mcp: dict[str, Any] | None = UNSET,
     ) -> models.ToolCreatedOut:
         """POST /api/v1/tools"""
         return self._call(
@@ -278,6 +280,8 @@ class AdminOperations:
                 "requires_approval": requires_approval,
                 "identity_fields": identity_fields,
                 "timeout_seconds": timeout_seconds,
+                "kind": kind,
+                "mcp": mcp,
             },
             returns={201: models.ToolCreatedOut},
         )

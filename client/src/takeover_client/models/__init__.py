@@ -3,6 +3,7 @@
 Generated from the OpenAPI schema by client/generate.py: do not edit by hand."""
 
 from .common import (
+    ActionOriginEnum,
     ActionStateEnum,
     ActionSummaryOut,
     ActorOut,
@@ -45,6 +46,8 @@ from .common import (
     RunStatusEnum,
     SafeToolOut,
     TokenStateEnum,
+    ToolKindEnum,
+    ToolMcpOut,
     TriggerEnum,
     VerdictEnum,
     WillEnum,
@@ -80,6 +83,7 @@ from .resources import (
 )
 
 __all__ = [
+    "ActionOriginEnum",
     "ActionOut",
     "ActionPage",
     "ActionStateEnum",
@@ -147,6 +151,8 @@ __all__ = [
     "TokenPage",
     "TokenStateEnum",
     "ToolCreatedOut",
+    "ToolKindEnum",
+    "ToolMcpOut",
     "ToolOut",
     "ToolPage",
     "TriggerEnum",

@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from .._model import Model
 
+ActionOriginEnum = Literal["api", "mcp", "cli"]
+
 ActionStateEnum = Literal[
     "awaiting_approval",
     "queued",
@@ -87,7 +89,9 @@ RunStatusEnum = Literal["pending", "running", "success", "error", "cancelled"]
 
 TokenStateEnum = Literal["active", "revoked", "expired"]
 
-TriggerEnum = Literal["workflow", "schedule", "chat", "webhook", "api"]
+ToolKindEnum = Literal["http", "mcp"]
+
+TriggerEnum = Literal["workflow", "schedule", "chat", "webhook", "api", "mcp"]
 
 VerdictEnum = Literal[
     "match",
@@ -357,3 +361,19 @@ class SafeToolOut(Model):
     tool: str
     why: str
     """Which declaration makes a repeat harmless, in words."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolMcpOut(Model):
+    """The `ToolMcpOut` schema."""
+
+    tool: str
+    """The upstream tool that applies the effect."""
+    target_argument: str
+    read_tool: str
+    lookup_tool: str | None
+    annotations: dict[str, Any]
+    """The upstream's hints, as listed."""
+    suggested_effect: str | None
+    """What the hints suggest (`read_only`, `idempotent`): applied only when an admin confirms it
+    (POST /tools/{name}/declaration)."""

@@ -12,6 +12,7 @@ from .._model import Model
 
 if TYPE_CHECKING:  # annotations only: `Model` resolves them by name
     from .common import (
+        ActionOriginEnum,
         ActionStateEnum,
         ActionSummaryOut,
         ActorOut,
@@ -38,6 +39,8 @@ if TYPE_CHECKING:  # annotations only: `Model` resolves them by name
         RolesEnum,
         RunStatusEnum,
         TokenStateEnum,
+        ToolKindEnum,
+        ToolMcpOut,
         TriggerEnum,
     )
 
@@ -73,6 +76,10 @@ class ActionOut(Model):
     reconciliations: list[ReconciliationOut]
     claimed_by: str | None
     """The on-call holding it in the console."""
+    origin: ActionOriginEnum
+    """Where it was proposed: the API, Takeover's /mcp, or the takeover CLI."""
+    client: str | None
+    """The MCP client's name (or the CLI's), when it said one."""
     created_at: datetime
     updated_at: datetime
 
@@ -413,6 +420,10 @@ class ToolCreatedOut(Model):
     signing_secret_created_at: datetime | None = None
     previous_secret_expires_at: datetime | None = None
     """While set and in the future, requests are signed with the previous secret too."""
+    kind: ToolKindEnum
+    """`http`: the tool protocol at base_url; `mcp`: an MCP server's tool."""
+    mcp: ToolMcpOut | None = None
+    """An MCP tool's upstream (operators only)."""
     signing_secret: str
     """The secret every request to this tool is signed with (`Takeover-Signature`): shown this
     once."""
@@ -442,6 +453,10 @@ class ToolOut(Model):
     signing_secret_created_at: datetime | None = None
     previous_secret_expires_at: datetime | None = None
     """While set and in the future, requests are signed with the previous secret too."""
+    kind: ToolKindEnum
+    """`http`: the tool protocol at base_url; `mcp`: an MCP server's tool."""
+    mcp: ToolMcpOut | None = None
+    """An MCP tool's upstream (operators only)."""
 
 
 @dataclass(frozen=True, kw_only=True)

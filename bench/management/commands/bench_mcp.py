@@ -1,0 +1,86 @@
+"""``manage.py bench_mcp`` (part of ``make bench``): what Takeover's /mcp adds to a read-only
+MCP call.
+
+In a database of its own (``<your database>_bench_mcp``), the stack of ``make bench`` and the
+demo MCP server. The server's read-only ``search_tickets`` is called ``--calls`` times
+(default 500) by each of ``--clients`` (default 4) official-SDK clients, one call after
+another per client: first directly on the demo MCP server, then through Takeover's /mcp,
+where it is registered as an MCP tool and declared ``read_only`` (so the call is recorded
+as an action and passes through in the web request's own thread). Prints p50 and p99 of
+each and what Takeover adds; the aim is p99 added ≤ 15 ms. (bench/mcp.py)
+"""
+
+import logging
+import os
+
+from django.core.management.base import BaseCommand
+
+from bench import mcp
+from bench.loadgen import cpu_seconds
+
+from .soak_mcp import in_own_database, mcp_stack, register
+
+
+class Command(BaseCommand):
+    help = "Overhead of a read-only MCP call through Takeover against the upstream directly."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--calls", type=int, default=500)
+        parser.add_argument("--clients", type=int, default=4)
+        parser.add_argument("--inner", action="store_true", help="internal")
+
+    def handle(self, *args, **opts):
+        if not opts["inner"]:
+            self.stdout.write("-- MCP overhead: a database of its own, migrating")
+            in_own_database(
+                "bench_mcp",
+                "bench_mcp",
+                ["--calls", str(opts["calls"]), "--clients", str(opts["clients"])],
+            )
+        self.inner(**opts)
+
+    def inner(self, **opts):
+        from core.audit import SYSTEM
+        from core.services import tool_declare
+
+        for name in ("httpx", "httpx2", "mcp"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+        out = self.stdout.write
+        tenant, token, stack, upstream = mcp_stack("bench-mcp", env={}, say=out)
+        try:
+            tool = register(tenant, "search_tickets", upstream, "search_tickets", "status")
+            tool_declare(tool, actor=SYSTEM, reason="a search changes nothing", effect="read_only")
+            args = {"status": "open"}
+            n, c = opts["calls"], opts["clients"]
+            out(f"-- {c} clients × {n} calls each, read-only search_tickets")
+            web, upstream_pids = stack.procs["web"].pids(), stack.procs["mcp"].pids()
+            cpu0 = cpu_seconds(upstream_pids)
+            direct = mcp.summary(
+                mcp.timed_calls(upstream, None, "search_tickets", args, clients=c, calls=n)
+            )
+            cpu1, web0 = cpu_seconds(upstream_pids), cpu_seconds(web)
+            through = mcp.summary(
+                mcp.timed_calls(
+                    f"{stack.url}/mcp", token, "search_tickets", args, clients=c, calls=n
+                )
+            )
+            web1 = cpu_seconds(web)
+            calls = n + 10  # the warm-up calls count for CPU
+            upstream_cpu = (cpu1 - cpu0) / (c * calls) * 1000
+            web_cpu = (web1 - web0) / (c * calls) * 1000
+        finally:
+            stack.stop()
+        out("")
+        out(f"read-only MCP call, {c} concurrent clients, {direct['n']} calls each way (ms)")
+        out(f"  {'':<22}{'p50':>8}{'p99':>8}{'mean':>8}")
+        for label, row in (("upstream directly", direct), ("through Takeover", through)):
+            out(f"  {label:<22}{row['p50']:>8.1f}{row['p99']:>8.1f}{row['mean']:>8.1f}")
+        added = {k: through[k] - direct[k] for k in ("p50", "p99", "mean")}
+        row = f"{added['p50']:>8.1f}{added['p99']:>8.1f}{added['mean']:>8.1f}"
+        out(f"  {'added by Takeover':<22}{row}")
+        out(f"  aim: p99 added ≤ 15 ms: {'met' if added['p99'] <= 15 else 'NOT met'}")
+        out(
+            f"  CPU per call: the upstream {upstream_cpu:.1f} ms; Takeover's web processes "
+            f"{web_cpu:.1f} ms (its database's share not counted)"
+        )
+        out(f"  load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")

@@ -1,0 +1,100 @@
+"""Takeover is an MCP server (docs/mcp.md): the official SDK as the client, against the live
+server, a real worker and the demo downstream."""
+
+import uuid
+
+import anyio
+
+from runs.models import Action
+
+from .conftest import mcp_client, run
+
+
+def test_list_and_call_an_http_tool_through_mcp(world, worker, mcp_url):
+    world.tool("update_ticket", "tickets")
+    world.tool("search_tickets", "search", effect="read_only")
+    target = f"T-{uuid.uuid4().hex[:8]}"
+
+    async def go():
+        async with mcp_client(mcp_url, world.agent.token) as client:
+            listed = await client.list_tools()
+            result = await client.call_tool(
+                "update_ticket", {"target": target, "desired_state": {"status": "closed"}}
+            )
+            again = await client.call_tool(
+                "update_ticket", {"target": target, "desired_state": {"status": "closed"}}
+            )
+            return listed, result, again
+
+    listed, result, again = run(go)
+    tools = {t.name: t for t in listed.tools}
+    assert set(tools) == {"update_ticket", "search_tickets"}
+    assert tools["search_tickets"].annotations.read_only_hint is True
+    assert tools["update_ticket"].annotations.destructive_hint is True
+    assert tools["update_ticket"].input_schema["required"] == ["target", "desired_state"]
+    assert result.is_error is False, result
+    assert result.structured_content["state"] == "succeeded"
+    assert again.structured_content["replayed"] is True
+    assert again.structured_content["action_id"] == result.structured_content["action_id"]
+    action = Action.objects.get(pk=result.structured_content["action_id"])
+    assert action.origin == "mcp" and action.client == "pytest-agent"
+    assert action.run.trigger == "mcp"
+
+
+def test_one_apply_per_key_however_often_the_call_is_re_issued(world, worker, mcp_url):
+    world.tool("update_ticket", "tickets")
+    target = f"T-{uuid.uuid4().hex[:8]}"
+    key = f"evt-{uuid.uuid4().hex}"
+    answers = []
+
+    async def one(meta):
+        async with mcp_client(mcp_url, world.agent.token) as client:
+            while True:  # past the per-principal cap of waits, "in progress": ask again
+                answer = await client.call_tool(
+                    "update_ticket",
+                    {"target": target, "desired_state": {"status": "closed"}},
+                    meta=meta,
+                )
+                answers.append(answer)
+                if answer.structured_content["state"] not in ("queued", "dispatching"):
+                    return
+                await anyio.sleep(0.2)
+
+    async def go():
+        async with anyio.create_task_group() as tg:
+            for _ in range(4):  # concurrent re-issues, with the key and without one
+                tg.start_soon(one, {"io.takeover/idempotency-key": key})
+                tg.start_soon(one, None)
+
+    run(go)
+    keyed = {
+        a.structured_content["action_id"]
+        for a in answers
+        if a.structured_content["idempotency_key"] == key
+    }
+    derived = {a.structured_content["action_id"] for a in answers} - keyed
+    assert len(keyed) == 1 and len(derived) == 1  # one action per key, whoever won the race
+    assert [a.structured_content["replayed"] for a in answers].count(False) == 2
+    for action in Action.objects.filter(pk__in=keyed | derived):
+        assert action.attempts.count() == 1, action  # sent once
+    final = [a for a in answers if a.structured_content["state"] not in ("queued", "dispatching")]
+    assert len(final) == 8 and all(a.structured_content["state"] == "succeeded" for a in final)
+
+
+def test_a_named_run_and_a_finished_one(world, worker, mcp_url):
+    world.tool("update_ticket", "tickets")
+    run_id = world.start_run()["id"]
+    args = {"target": f"T-{uuid.uuid4().hex[:8]}", "desired_state": {"s": 1}}
+
+    async def call():
+        async with mcp_client(mcp_url, world.agent.token) as client:
+            return await client.call_tool("update_ticket", args, meta={"io.takeover/run": run_id})
+
+    first = run(call)
+    assert Action.objects.get(pk=first.structured_content["action_id"]).run_id == uuid.UUID(run_id)
+    world.agent.client().post(
+        f"/api/v1/runs/{run_id}/finish", {"status": "success", "tools_called": []}, format="json"
+    )
+    args["target"] += "-2"
+    finished = run(call)
+    assert finished.is_error and "only a running run may propose" in finished.content[0].text
