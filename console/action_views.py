@@ -236,11 +236,13 @@ def _resolve_form_again(request, action, form):
 
 @decision(action_for, Role.ONCALL, back=action_url, refused="Not resolved", inline=controls_refused)
 def action_resolve(request, action):
-    if not decisions.is_resolvable(action):
-        # Settled meanwhile (a colleague, the reconciler): say so, whoever holds a claim.
+    if refusal := decisions.check_resolvable(action):
+        # Settled meanwhile (a colleague, the reconciler): the rule's words, then how it was
+        # settled, whoever holds a claim.
+        words = f"Not resolved: {refusal} {_settled_words(action)}"
         if request.htmx:
-            return controls_refused(request, action, "Not resolved: " + _settled_words(action))
-        messages.error(request, "Not resolved: " + _settled_words(action))
+            return controls_refused(request, action, words)
+        messages.error(request, words)
         return go(request, action_url(action))
     form = ResolveForm(request.POST)
     if form.is_valid():

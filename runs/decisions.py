@@ -122,6 +122,15 @@ def check_recheck(action, *, actor: Actor) -> Refusal | None:
     return None
 
 
+def check_resolvable(action) -> Refusal | None:
+    """Is the action still one a person resolves (whoever asks, however)?"""
+    if not is_resolvable(action):
+        return Refusal(
+            f"Only an unknown or needs_human action can be resolved; this one is {action.state}."
+        )
+    return None
+
+
 def check_resolve(
     action,
     *,
@@ -143,10 +152,8 @@ def check_resolve(
         )
     if refusal := missing_reason(reason):
         return refusal
-    if not is_resolvable(action):
-        return Refusal(
-            f"Only an unknown or needs_human action can be resolved; this one is {action.state}."
-        )
+    if refusal := check_resolvable(action):
+        return refusal
     if (holder := held_by_other(action, actor)) and not take_over:
         return Refusal(
             f"Claimed by {holder}: only they resolve it, unless it is taken over.",

@@ -1,4 +1,4 @@
-"""Bad input at /mcp (issue 20): each gets the MCP error or the tool error a client expects,
+"""Bad input at /mcp: each gets the MCP error or the tool error a client expects,
 in words, nothing is written or applied, and never a 500."""
 
 import json
