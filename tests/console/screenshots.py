@@ -283,7 +283,7 @@ def test_screenshots(live_db, downstream, new_page, console_server, settings):
 
 
 def replay_truth_world(w) -> dict:
-    """The replay and four-eyes states (issue 21): a forced replay waiting for a second
+    """The replay and four-eyes states: a forced replay waiting for a second
     admin, a run a replay cannot fix, a run a replay may repeat, needs-human actions for a
     contradicting bulk resolve, 200-character keys and reasons."""
     from core.services import tenant_settings_update
