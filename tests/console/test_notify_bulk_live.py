@@ -211,7 +211,7 @@ def test_a_bulk_preview_matches_what_the_confirm_does(
         str(awaiting.pk): "skip",
     }
     expect(page.locator(f"#bulk-{held.pk}")).to_contain_text(f"Claimed by {colleague.username}")
-    expect(page.locator(f"#bulk-{awaiting.pk}")).to_contain_text("only an unknown or needs-human")
+    expect(page.locator(f"#bulk-{awaiting.pk}")).to_contain_text("Only an unknown or needs_human")
     assert Action.objects.get(pk=first.pk).state == "needs_human"  # nothing changed yet
 
     page.get_by_role("button", name="Confirm: resolve 2").click()
