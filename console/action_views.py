@@ -143,6 +143,8 @@ def controls_refused(request, action, text, **extra):
     now (a colleague's claim, a settled state), with the refusal in words at their top and
     what the person typed kept in view. Swapped in place of the controls (htmx)."""
     action = action_for(request.scope, action.pk)
+    if sel.is_terminal(action):
+        text = f"{text} {_settled_words(action)}"
     unsent = (request.POST.get("reason") or request.POST.get("note") or "").strip()
     context = _action_context(request, action, controls_error=text, unsent=unsent, **extra)
     response = render(request, "console/action.html#action-controls", context)
@@ -236,14 +238,6 @@ def _resolve_form_again(request, action, form):
 
 @decision(action_for, Role.ONCALL, back=action_url, refused="Not resolved", inline=controls_refused)
 def action_resolve(request, action):
-    if refusal := decisions.check_resolvable(action):
-        # Settled meanwhile (a colleague, the reconciler): the rule's words, then how it was
-        # settled, whoever holds a claim.
-        words = f"Not resolved: {refusal} {_settled_words(action)}"
-        if request.htmx:
-            return controls_refused(request, action, words)
-        messages.error(request, words)
-        return go(request, action_url(action))
     form = ResolveForm(request.POST)
     if form.is_valid():
         data = form.cleaned_data

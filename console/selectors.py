@@ -243,7 +243,7 @@ def approvals_inbox(tenant, *, recent=20):
         .order_by("-decided_at", "-pk")[:recent]
     )
     ids = [r.action_id for r in pending + decided]
-    # The approver's context (issue 12, part 6): the agent's reason and the run it belongs
+    # The approver's context: the agent's reason and the run it belongs
     # to, with how many actions it proposed. One query for all rows.
     actions = {
         a.pk: a

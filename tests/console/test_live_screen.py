@@ -95,7 +95,8 @@ def test_a_refused_resolve_is_said_next_to_the_control(
     )
     page.get_by_role("button", name="Resolve as succeeded").click()
     error = page.locator("#action-controls #controls-error")
-    expect(error).to_contain_text("Not resolved: This action is already failed")
+    expect(error).to_contain_text("Not resolved: Only an unknown or needs_human action")
+    expect(error).to_contain_text("This action is already failed")
     expect(error).to_contain_text("It never landed.")
     expect(page.locator("#action-controls")).to_contain_text("Checked: closed.")  # kept
     expect(page.get_by_role("button", name="Resolve as succeeded")).to_have_count(0)

@@ -183,7 +183,7 @@ def test_resolve_with_a_reason_settles_the_action_and_audits_who_and_why(live_db
     again = client.post(
         f"/actions/{action.pk}/resolve/", {"outcome": "succeeded", "reason": "x"}, follow=True
     )
-    assert "Not resolved: This action is already failed" in text(again)
+    assert "Only an unknown or needs_human action can be resolved" in text(again)
     assert Action.objects.get(pk=action.pk).state == "failed"
 
 
