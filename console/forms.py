@@ -6,7 +6,7 @@ from django import forms
 
 from runs.states import ActionState, RunStatus
 
-from .selectors import AGE_LABELS, QUEUE_STATES
+from .selectors import AGE_LABELS, FILTER_STATES
 
 TTL_CHOICES = [
     (300, "5 minutes"),
@@ -33,7 +33,7 @@ class QueueFilterForm(forms.Form):
     state = forms.ChoiceField(
         required=False,
         label="State",
-        choices=[("", "All open states")] + [(s, ActionState(s).label) for s in QUEUE_STATES],
+        choices=[("", "All open states")] + [(s, ActionState(s).label) for s in FILTER_STATES],
     )
     age = forms.ChoiceField(required=False, label="Age", choices=list(AGE_LABELS.items()))
 

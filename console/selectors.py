@@ -106,12 +106,15 @@ AGE_LABELS = {
 # What on-call can act on: an outcome to prove (unknown, needs_human), a block to
 # acknowledge. Approval requests have their own place (Approvals), for approvers.
 QUEUE_STATES = [ActionState.UNKNOWN, ActionState.NEEDS_HUMAN, ActionState.BLOCKED]
+# The API's GET /queue holds approval requests too; the console's queue shows them when
+# its state filter asks for them (approvers decide them on Approvals).
+FILTER_STATES = [*QUEUE_STATES, ActionState.AWAITING_APPROVAL]
 
 
 @dataclass
 class QueueFilters:
     tenant_ids: list
-    state: str = ""  # one of QUEUE_STATES, or "" for all of them
+    state: str = ""  # one of FILTER_STATES, or "" for all of QUEUE_STATES
     tool_ids: list | None = None  # None: any tool
     age: str = ""
 
@@ -135,7 +138,7 @@ def _open_actions(filters: QueueFilters, *, now=None):
     `GET /queue` runs too (`runs.selectors.open_queue`)."""
     return open_queue(
         filters.tenant_ids,
-        states=QUEUE_STATES,
+        states=FILTER_STATES if filters.state == ActionState.AWAITING_APPROVAL else QUEUE_STATES,
         tool_ids=filters.tool_ids,
         older_than=AGES.get(filters.age),
         now=now,
