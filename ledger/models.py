@@ -17,7 +17,10 @@ __all__ = ["LedgerEntry", "LedgerStatus"]
 
 class LedgerEntry(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    tenant = models.ForeignKey("core.Tenant", on_delete=models.PROTECT, related_name="+")
+    # (tenant, key, generation) is unique, which indexes it
+    tenant = models.ForeignKey(
+        "core.Tenant", on_delete=models.PROTECT, related_name="+", db_index=False
+    )
     key = models.CharField(max_length=255)
     generation = models.PositiveIntegerField(default=1)
     fingerprint = models.CharField(max_length=64)

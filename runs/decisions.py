@@ -235,7 +235,7 @@ def approval_request_grant(request: ApprovalRequest, *, ttl_seconds: float, acto
             approval_id=approval.pk,
             enqueued_at=timezone.now(),
         )
-        enqueue_dispatch()
+        enqueue_dispatch(action_id=action.pk)
     return approval
 
 

@@ -43,7 +43,10 @@ def input_upload_to(run, filename):
 
 class Run(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    tenant = models.ForeignKey("core.Tenant", on_delete=models.PROTECT, related_name="runs")
+    # run_recent (tenant, created_at) indexes it
+    tenant = models.ForeignKey(
+        "core.Tenant", on_delete=models.PROTECT, related_name="runs", db_index=False
+    )
     principal = models.ForeignKey("core.Principal", on_delete=models.PROTECT, related_name="runs")
     trigger = models.CharField(max_length=16, choices=Trigger.choices)
     config = models.JSONField(default=dict, blank=True)
@@ -85,8 +88,12 @@ class Run(models.Model):
 
 class Action(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    tenant = models.ForeignKey("core.Tenant", on_delete=models.PROTECT, related_name="actions")
-    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="actions")
+    # Foreign keys that lead a composite index below get no index of their own: each index
+    # is written again on every move of the action.
+    tenant = models.ForeignKey(
+        "core.Tenant", on_delete=models.PROTECT, related_name="actions", db_index=False
+    )
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="actions", db_index=False)
     principal = models.ForeignKey(
         "core.Principal", on_delete=models.PROTECT, related_name="actions"
     )
@@ -225,7 +232,10 @@ class Action(models.Model):
 class Attempt(models.Model):
     """One HTTP dispatch, committed when it starts and again when it ends."""
 
-    action = models.ForeignKey(Action, on_delete=models.PROTECT, related_name="attempts")
+    # (action, number) is unique, which indexes it
+    action = models.ForeignKey(
+        Action, on_delete=models.PROTECT, related_name="attempts", db_index=False
+    )
     number = models.PositiveIntegerField()
     started_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)

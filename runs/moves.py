@@ -10,6 +10,7 @@ tool's declaration allows, lands on a legal move of the ledger's.
 
 import uuid
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 from psycopg.types.json import Jsonb
@@ -42,7 +43,7 @@ from .states import (
     check_move,
 )
 from .waits import CHANNEL, notify_settled
-from .wakeup import QUEUED, notify_work, wake_workers
+from .wakeup import QUEUED, notify_work, queued_note, wake_workers
 
 LEDGER_STATUS_FOR = {
     ActionState.AWAITING_APPROVAL: LedgerStatus.RESERVED,
@@ -67,17 +68,20 @@ def _check_ledger_mirror():
 _check_ledger_mirror()
 
 
-def enqueue_dispatch(*, notified: bool = False) -> None:
+def enqueue_dispatch(*, notified: bool = False, action_id=None) -> None:
     """Wake a worker once the surrounding transaction commits (never inside it).
 
-    The committed `queued` row is the unit of work; the message only says "there is work"
-    and is deduplicated (`runs.wakeup`), so a burst of 10,000 proposals sends a handful of
-    messages, not 10,000. `robust`: with the broker down the request still succeeds and the
-    error is logged; the next sweep drains the row.
+    The committed `queued` row is the unit of work. Listening workers hear the notification
+    at commit (`runs.wakeup`; it names `action_id` when given, so a worker leases that row by
+    its key). With listening off, the message only says "there is work" and is deduplicated,
+    so a burst of 10,000 proposals sends a handful of messages, not 10,000; `robust`: with
+    the broker down the request still succeeds and the error is logged; the next sweep
+    drains the row.
     """
     if not notified:
-        notify_work(QUEUED)  # the listening workers hear it at commit (runs.wakeup)
-    transaction.on_commit(wake_workers_notified, robust=True)
+        notify_work(queued_note(action_id) if action_id else QUEUED)
+    if not settings.WORKER_LISTEN:
+        transaction.on_commit(wake_workers_notified, robust=True)
 
 
 def wake_workers_notified() -> None:

@@ -37,6 +37,7 @@ from . import alerts, origin
 from .models import Action, Run
 from .moves import enqueue_dispatch
 from .states import ActionState, RunStatus
+from .wakeup import queued_note
 
 
 def intent_fingerprint(*, principal, tool, target, desired_state, expected_version) -> str:
@@ -217,7 +218,7 @@ events AS (
     UNION ALL
     SELECT r.* FROM entry, jsonb_populate_record(NULL::core_auditevent, %(proposed_row)s) r
 )
-SELECT generation, pg_notify('takeover_work', 'queued') FROM entry
+SELECT generation, pg_notify('takeover_work', %(work_note)s) FROM entry
 """  # noqa: S608 -- RESERVE is a constant, not input
 
 
@@ -251,6 +252,7 @@ def _propose_queued(
     reserved, proposed = _proposal_events(entry, action, actor=actor)
     params["action_row"] = rows.record(action)
     params["reserved_row"], params["proposed_row"] = rows.record(reserved), rows.record(proposed)
+    params["work_note"] = queued_note(action_id)
     with connection.cursor() as cursor:
         cursor.execute(PROPOSE_QUEUED, params)
         row = cursor.fetchone()
@@ -332,7 +334,7 @@ def _read_action_create(
             },
         )
         if state == ActionState.QUEUED and wake:
-            enqueue_dispatch()
+            enqueue_dispatch(action_id=action.pk)
     return action
 
 
@@ -477,5 +479,5 @@ def _create_action(
     if state == ActionState.BLOCKED:
         ledger_set_status(entry.pk, LedgerStatus.VOID, source=LedgerStatus.RESERVED)
     if state == ActionState.QUEUED:
-        enqueue_dispatch()
+        enqueue_dispatch(action_id=action.pk)
     return action

@@ -19,9 +19,12 @@ Workers that listen (`runs.engine.listen`, on unless `WORKER_LISTEN=0`) hear of 
 without the broker: every proposal also sends `NOTIFY takeover_work` in its transaction
 (heard at commit, so never before the row can be read), every other wake-up sends it too,
 and a thread of each worker process that hears it drains at once. That path leaves the flag
-alone, so the broker path above stays exactly as it is, as the fallback: a wake-up that no
-listener heard (none listening, a listener reconnecting, PgBouncer in transaction mode) still
-reaches a worker through the broker or the sweep.
+alone. With listening on, a new queued action sends no broker wake-up at all (its
+notification names it): a listener that was away drains everything when it is back, a worker
+that starts drains at once, and the sweep drains whatever the flag says, so a wake-up no
+listener heard costs at most one sweep interval, as a lost broker message does. Listening off
+(`WORKER_LISTEN=0`, for web and workers alike: PgBouncer in transaction mode), every wake-up
+goes through the broker as above.
 """
 
 import logging
@@ -40,6 +43,12 @@ WORK_CHANNEL = "takeover_work"
 
 
 QUEUED = "queued"  # the payload of a notification about new queued actions only
+
+
+def queued_note(action_id) -> str:
+    """The payload that names one new queued action: a listening worker leases it by its key
+    instead of searching the queue (`runs.engine.listen`)."""
+    return f"{QUEUED} {action_id}"
 
 
 def notify_work(kind: str = "") -> None:

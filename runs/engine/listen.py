@@ -7,9 +7,11 @@ Each Celery worker process (started from `runs.tasks` when the worker is ready, 
   the row is committed) and sets an event for each notification;
 - the drainer waits on that event and drains (`worker.drain`) at once: it claims with
   `FOR UPDATE SKIP LOCKED` like any drainer, so two processes hearing the same notification
-  never claim the same row. Told only of new queued actions (a proposal's `queued`
-  payload), it leases only those: unknowns due and deliveries wake it with a payload of
-  their own (`wake_workers`).
+  never claim the same row. Told only of new queued actions, it leases only those: by
+  their keys when each notification named its action (`queued <id>`) and they fit in the
+  process's pool, a probe of the primary key instead of a search of the queue; otherwise
+  the queue's oldest first, tenants interleaved. Unknowns due and deliveries wake it with
+  a payload of their own (`wake_workers`).
 
 This is a shortcut, not a second queue: the broker's wake-up flag is left alone
 (`drain(take_wakeup=False)`), so the broker path works exactly as before and covers what
@@ -32,6 +34,8 @@ class WorkListener:
         self.heard = threading.Event()
         self.lock = threading.Lock()
         self.everything = True  # heard of something other than new queued actions
+        self.unnamed = False  # heard of new queued actions without their keys
+        self.named: list[str] = []  # the keys of new queued actions heard
         self.stopping = threading.Event()
         self.threads: list[threading.Thread] = []
 
@@ -71,13 +75,19 @@ class WorkListener:
                 self.stopping.wait(backoff)
                 backoff = min(backoff * 2, 10)
 
-    def _hear(self, kind: str) -> None:
+    def _hear(self, payload: str) -> None:
+        kind, _, action_id = payload.partition(" ")
         with self.lock:
-            self.everything = self.everything or kind != QUEUED
+            if kind != QUEUED:
+                self.everything = True
+            elif action_id:
+                self.named.append(action_id)
+            else:
+                self.unnamed = True
             self.heard.set()
 
     def _drain(self) -> None:
-        from .worker import drain
+        from .worker import dispatch_pool, drain
 
         while not self.stopping.is_set():
             self.heard.wait()
@@ -85,10 +95,16 @@ class WorkListener:
                 break
             with self.lock:
                 self.heard.clear()
-                everything, self.everything = self.everything, False
+                everything, unnamed, named = self.everything, self.unnamed, self.named
+                self.everything, self.unnamed, self.named = False, False, []
             try:
                 close_old_connections()
-                drain(take_wakeup=False, queued_only=not everything)
+                if everything or unnamed or len(named) > dispatch_pool().size:
+                    # A backlog: the queue's own order keeps one tenant's burst from
+                    # starving another's action.
+                    drain(take_wakeup=False, queued_only=not everything)
+                else:
+                    drain(take_wakeup=False, queued_only=True, only=named)
             except Exception:
                 logger.exception("listening drain failed; the broker path and the sweep remain")
                 if connection.connection is not None:

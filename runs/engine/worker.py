@@ -84,7 +84,11 @@ def dispatch_pool() -> DispatchPool:
 
 
 def drain(
-    *, max_seconds: float | None = None, take_wakeup: bool = True, queued_only: bool = False
+    *,
+    max_seconds: float | None = None,
+    take_wakeup: bool = True,
+    queued_only: bool = False,
+    only: list | None = None,
 ) -> int:
     """Lease and work due rows until none are left (or time is up); returns how many.
 
@@ -98,7 +102,8 @@ def drain(
     broker's flag alone, and stops at the first claim that comes back short of what it could
     take, since anything newer sends it a notification of its own. `queued_only` (it heard
     only of new queued actions): it leases those and nothing else, since unknowns due and
-    deliveries send their own wake-ups.
+    deliveries send their own wake-ups. `only`: the keys of the queued actions it heard of;
+    it leases those (any a peer took first are skipped) and stops.
     """
     if take_wakeup:
         wakeup_taken()
@@ -106,12 +111,19 @@ def drain(
     batch = settings.CLAIM_BATCH_SIZE
     deadline = time.monotonic() + (max_seconds or settings.DRAIN_MAX_SECONDS)
     worked = 0
+    named = list(only) if only is not None else None
     while time.monotonic() < deadline:
-        held = pool.acquire(batch, timeout=1.0, linger=settings.CLAIM_LINGER_SECONDS)
+        if named is not None:
+            if not named:
+                return worked
+            held = pool.acquire(min(batch, len(named)), timeout=1.0)
+            take, named = named[:held], named[held:]
+        else:
+            held = pool.acquire(batch, timeout=1.0, linger=settings.CLAIM_LINGER_SECONDS)
         if not held:
             continue
         try:
-            leased = lease_queued(held)
+            leased = lease_queued(held, only=take) if named is not None else lease_queued(held)
             due, sends = [], []
             if not queued_only and len(leased) < held:
                 due = lease_unknown(held - len(leased))
@@ -129,6 +141,8 @@ def drain(
             pool.submit(deliver_leased, delivery_id)
         got = len(leased) + len(due) + len(sends)
         worked += got
+        if named is not None:
+            continue
         if not got or (not take_wakeup and got < held):
             return worked
         if got == batch:

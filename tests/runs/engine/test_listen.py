@@ -9,7 +9,7 @@ import pytest
 from django.db import transaction
 
 from runs.engine import listen
-from runs.wakeup import QUEUED, notify_work
+from runs.wakeup import QUEUED, notify_work, queued_note
 
 
 @pytest.fixture
@@ -17,9 +17,9 @@ def listener(live_db, monkeypatch):
     drains: list[bool] = []
     drained = threading.Event()
 
-    def fake_drain(*, take_wakeup=True, queued_only=False, **kwargs):
+    def fake_drain(*, take_wakeup=True, queued_only=False, only=None, **kwargs):
         assert take_wakeup is False  # the broker's flag is the broker path's alone
-        drains.append(queued_only)
+        drains.append(queued_only if only is None else only)
         drained.set()
         return 0
 
@@ -40,6 +40,14 @@ def test_a_committed_proposal_notification_drains_the_queued_actions_only(listen
         notify_work(QUEUED)
     assert drained.wait(10)
     assert drains[-1] is True
+
+
+def test_a_proposal_that_names_its_action_is_leased_by_its_key(listener):
+    drains, drained = listener
+    with transaction.atomic():
+        notify_work(queued_note("4b1e7c1e-0000-4000-8000-000000000001"))
+    assert drained.wait(10)
+    assert drains[-1] == ["4b1e7c1e-0000-4000-8000-000000000001"]
 
 
 def test_any_other_wake_up_drains_everything(listener):

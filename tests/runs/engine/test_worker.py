@@ -35,9 +35,13 @@ def broker_down(settings):
         away.rename(folder)
 
 
+@pytest.mark.parametrize("listening", [True, False], ids=["listening", "broker-wakeups"])
 def test_proposal_succeeds_while_the_broker_is_down_and_a_listening_worker_takes_it(
-    world, worker, caplog, settings
+    world, worker, caplog, settings, listening
 ):
+    # `listening` is this (web) process's WORKER_LISTEN: on, a proposal wakes workers by
+    # its notification alone; off, it also sends the broker's wake-up, which fails here.
+    settings.WORKER_LISTEN = listening
     world.tool("update_ticket")
     run = world.start_run()
     target = f"ticket:{uuid.uuid4().hex[:8]}"
@@ -53,7 +57,8 @@ def test_proposal_succeeds_while_the_broker_is_down_and_a_listening_worker_takes
             desired_state={"status": "open"},
         )
         assert response.status_code == 201
-        assert "on_commit" in caplog.text  # the wake-up call really failed, and was logged
+        # Off: the wake-up call really failed, and was logged; on: none was attempted.
+        assert ("on_commit" in caplog.text) is not listening
         action_id = response.json()["id"]
         # The worker listens (runs.engine.listen): it heard of the row from PostgreSQL, not
         # from the broker, and works it while the broker is still down.
