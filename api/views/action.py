@@ -121,32 +121,32 @@ def propose(request, pk):
     return Response(resource, status=201 if created else 200)
 
 
-def wait_for_settle(request, view, seconds: float):
-    """Hold the request until the action leaves the in-progress states or `seconds` pass.
+def wait_for_settle(request, pk, seconds: float):
+    """The action, held until it leaves the in-progress states or `seconds` pass.
 
     No poll loop: the request sleeps on an event that the process's LISTEN thread sets when
-    the action's settling transaction commits (`runs.waits`). Over the per-principal or
-    per-process cap it answers at once with the current state."""
+    the action's settling transaction commits (`runs.waits`). It listens before its first
+    read, so a settle in between is seen. Over the per-principal or per-process cap it
+    answers at once with the current state."""
     caller = request.user
-    action, _ = view
     key = ("principal", caller.principal.pk) if caller.is_principal else ("user", caller.user.pk)
     try:
-        event = waiters.register(action.pk, key)
+        event = waiters.register(pk, key)
     except WaitRefused:
-        request.wait_refused = True
+        view = action_view_for(caller, pk)
+        request.wait_refused = view[0].state in IN_PROGRESS
         return view
     try:
         deadline = time.monotonic() + seconds
-        # Read again now that we listen: a settle between the first read and here is seen.
-        view = action_view_for(caller, action.pk)
+        view = action_view_for(caller, pk)
         while view[0].state in IN_PROGRESS:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not event.wait(remaining):
                 break
             event.clear()
-            view = action_view_for(caller, action.pk)
+            view = action_view_for(caller, pk)
     finally:
-        waiters.unregister(action.pk, key, event)
+        waiters.unregister(pk, key, event)
     return view
 
 
@@ -179,8 +179,8 @@ def action_view_for(caller, pk):
 )
 @api_view(["GET"])
 def action_detail(request, pk):
-    view = action_view_for(request.user, pk)
     wait = request.query_params.get("wait")
+    seconds = 0.0
     if wait is not None:
         try:
             # A JSON number (what the schema's `number` means); float() alone would also
@@ -191,11 +191,14 @@ def action_detail(request, pk):
             if not 0 <= seconds <= settings.ACTION_WAIT_MAX_SECONDS:
                 raise ValueError
         except ValueError as exc:
+            action_view_for(request.user, pk)  # an action it cannot see is a 404 first
             raise ValidationFailed(
                 "Bad wait.", {"wait": ["A number of seconds from 0 to 30."]}
             ) from exc
-        if seconds and view[0].state in IN_PROGRESS:
-            view = wait_for_settle(request, view, seconds)
+    if seconds:
+        view = wait_for_settle(request, pk, seconds)
+    else:
+        view = action_view_for(request.user, pk)
     response = Response(view[1])
     if getattr(request, "wait_refused", False):
         # Over the cap of concurrent waits: answered at once; ask again in a second.

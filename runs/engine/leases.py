@@ -10,14 +10,23 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
+from psycopg.types.json import Jsonb
 
 from approvals.services import approval_consume
 from core import metrics, queue, rows
-from core.audit import DISPATCHER, SWEEPER, Actor, request_id_var
+from core.audit import (
+    DISPATCHER,
+    SWEEPER,
+    Actor,
+    client_request_id_var,
+    request_id_var,
+    verb_for_state,
+)
+from core.models import Principal, Tenant, Tool
 
 from ..models import Action, Attempt
-from ..moves import action_move, actions_move_batch
-from ..states import ActionState, AttemptOutcome
+from ..moves import LEDGER_STATUS_FOR, action_move, actions_move_batch
+from ..states import ActionState, AttemptKind, AttemptOutcome
 
 
 def lease_for(tool) -> timedelta:
@@ -75,6 +84,51 @@ def _due(state: str, limit: int, only=None, now=None) -> tuple[str, dict]:
     return sql, params
 
 
+# queued → dispatching for the picked rows, in ONE statement: the move (its lease from the
+# tool's timeout, as `lease_for`), the ledger's in_flight, the first attempt and the audit
+# event, returning each row with its tool, principal and tenant. A picked action that presents
+# an approval is left locked and unmoved (`moved` skips it): the approval is consumed by
+# the ORM path below, in the same transaction.
+LEASE_QUEUED = """
+WITH picked AS ({pick}),
+moved AS (
+    UPDATE runs_action a
+    SET state = %(to)s, updated_at = %(now)s,
+        lease_expires_at = %(now)s + make_interval(
+            secs => t.timeout_seconds * %(attempts)s + %(extra)s)
+    FROM picked, core_tool t
+    WHERE a.id = picked.id AND t.id = a.tool_id AND a.state = %(state)s
+      AND a.approval_id IS NULL
+    RETURNING {action}
+),
+ledger AS (
+    UPDATE ledger_ledgerentry e SET status = %(ledger_to)s, updated_at = %(now)s
+    FROM moved m WHERE e.id = m.ledger_entry_id
+),
+attempts AS (
+    INSERT INTO runs_attempt (action_id, number, started_at, outcome, detail, kind)
+    SELECT m.id, 1, %(now)s, '', '', %(kind)s FROM moved m
+    RETURNING id, action_id
+),
+audited AS (
+    INSERT INTO core_auditevent
+        (id, tenant_id, at, actor_kind, actor_name, verb, object_type, object_id,
+         before, after, reason, request_id, client_request_id)
+    SELECT gen_random_uuid(), m.tenant_id, %(now)s, %(actor_kind)s, %(actor_name)s,
+           %(verb)s, 'action', m.id::text, %(before)s, %(after)s, '',
+           coalesce(nullif(m.request_id, ''), %(request_id)s), %(client_request_id)s
+    FROM moved m
+)
+SELECT p.id, x.id, m.*, {tool}, {principal}, {tenant}
+FROM picked p
+LEFT JOIN moved m ON m.id = p.id
+LEFT JOIN attempts x ON x.action_id = m.id
+LEFT JOIN core_tool t ON t.id = m.tool_id
+LEFT JOIN core_principal pr ON pr.id = m.principal_id
+LEFT JOIN core_tenant tn ON tn.id = m.tenant_id
+"""
+
+
 def lease_queued(limit: int, *, only=None, actor: Actor = DISPATCHER) -> list[tuple]:
     """queued → dispatching for up to `limit` actions, in ONE transaction: their approvals
     consumed, leases set, first attempts opened, audited. (A runtime claims a run and an
@@ -82,47 +136,97 @@ def lease_queued(limit: int, *, only=None, actor: Actor = DISPATCHER) -> list[tu
     (invariant 1). An action whose approval is no longer valid is blocked instead, never
     dispatched. Returns [(action, attempt)], oldest first.
     """
+    pick, params = _due(ActionState.QUEUED, limit, only)
+    now = timezone.now()
+    params.update(
+        now=now,
+        to=ActionState.DISPATCHING,
+        attempts=settings.SAFE_RETRY_LIMIT + 1,
+        extra=settings.SAFE_RETRY_DELAY_SECONDS * settings.SAFE_RETRY_LIMIT
+        + settings.DISPATCH_LEASE_GRACE_SECONDS,
+        ledger_to=LEDGER_STATUS_FOR[ActionState.DISPATCHING],
+        kind=AttemptKind.SEND,
+        actor_kind=actor.kind,
+        actor_name=actor.name,
+        verb=verb_for_state("action", ActionState.DISPATCHING),
+        before=Jsonb({"state": ActionState.QUEUED}),
+        after=Jsonb({"state": ActionState.DISPATCHING}),
+        request_id=request_id_var.get(),
+        client_request_id=client_request_id_var.get(),
+    )
+    sql = LEASE_QUEUED.format(
+        pick=pick,
+        action=rows.columns(Action, "a"),
+        tool=rows.columns(Tool, "t"),
+        principal=rows.columns(Principal, "pr"),
+        tenant=rows.columns(Tenant, "tn"),
+    )
+    leased, approvals = [], []
     with transaction.atomic():
-        ids = queue.lock_due(*_due(ActionState.QUEUED, limit, only))
-        if not ids:
-            return []
-        actions = sorted(
-            Action.objects.select_related("tool", "principal", "tenant").filter(pk__in=ids),
-            key=lambda a: (a.created_at, str(a.pk)),
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            found = cursor.fetchall()
+        for row in found:
+            if row[1] is None:
+                approvals.append(row[0])
+                continue
+            leased.append(_leased(row, now))
+        if approvals:
+            leased += _lease_presenting_approvals(approvals, actor=actor)
+    leased.sort(key=lambda pair: (pair[0].created_at, str(pair[0].pk)))
+    return leased
+
+
+def _leased(row, now) -> tuple[Action, Attempt]:
+    """An (action, attempt) pair from a row of LEASE_QUEUED."""
+    attempt_id, values, parts = row[1], row[2:], []
+    for model in (Action, Tool, Principal, Tenant):
+        width = rows.width(model)
+        parts.append(rows.instance(model, values[:width]))
+        values = values[width:]
+    action, action.tool, action.principal, action.tenant = parts
+    attempt = Attempt(pk=attempt_id, action=action, number=1, started_at=now)
+    attempt._state.adding, attempt._state.db = False, connection.alias
+    return action, attempt
+
+
+def _lease_presenting_approvals(ids, *, actor: Actor) -> list[tuple]:
+    """The picked (and locked) queued actions that present an approval: each approval is
+    consumed, or the action blocked, before its lease."""
+    actions = sorted(
+        Action.objects.select_related("tool", "principal", "tenant").filter(pk__in=ids),
+        key=lambda a: (a.created_at, str(a.pk)),
+    )
+    ready, blocked = [], defaultdict(list)
+    for action in actions:
+        reason = approval_consume(
+            action.approval_id,
+            action_id=action.pk,
+            actor=actor,
+            principal=action.principal,
+            tool=action.tool,
+            target=action.target,
+            desired_state=action.desired_state,
+            expected_version=action.expected_version,
         )
-        ready, blocked = [], defaultdict(list)
-        for action in actions:
-            if action.approval_id is not None:
-                reason = approval_consume(
-                    action.approval_id,
-                    action_id=action.pk,
-                    actor=actor,
-                    principal=action.principal,
-                    tool=action.tool,
-                    target=action.target,
-                    desired_state=action.desired_state,
-                    expected_version=action.expected_version,
-                )
-                if reason is not None:
-                    blocked[reason].append(action)
-                    continue
-            ready.append(action)
-        for reason, group in blocked.items():
-            actions_move_batch(group, ActionState.BLOCKED, actor=actor, block_reason=reason)
-        now = timezone.now()
-        by_lease = defaultdict(list)
-        for action in ready:
-            by_lease[lease_for(action.tool)].append(action)
-        moved = []
-        for lease, group in by_lease.items():
-            moved += actions_move_batch(
-                group, ActionState.DISPATCHING, actor=actor, lease_expires_at=now + lease
-            )
-        # Rows are locked by us, so every ready action moved; sorted back to oldest first.
-        moved.sort(key=lambda a: (a.created_at, str(a.pk)))
-        attempts = rows.insert_many(
-            Attempt, [Attempt(action=a, number=1, started_at=now) for a in moved]
+        if reason is not None:
+            blocked[reason].append(action)
+            continue
+        ready.append(action)
+    for reason, group in blocked.items():
+        actions_move_batch(group, ActionState.BLOCKED, actor=actor, block_reason=reason)
+    now = timezone.now()
+    by_lease = defaultdict(list)
+    for action in ready:
+        by_lease[lease_for(action.tool)].append(action)
+    moved = []
+    for lease, group in by_lease.items():
+        moved += actions_move_batch(
+            group, ActionState.DISPATCHING, actor=actor, lease_expires_at=now + lease
         )
+    attempts = rows.insert_many(
+        Attempt, [Attempt(action=a, number=1, started_at=now) for a in moved]
+    )
     return list(zip(moved, attempts, strict=True))
 
 
