@@ -162,7 +162,7 @@ def audit_fields(
     object_type: str | None = None,
     request_id: str | None = None,
 ) -> dict:
-    if verb not in Verb.values:
+    if verb not in Verb._value2member_map_:  # `Verb.values` builds its list on every call
         raise ValueError(f"Unknown audit verb {verb!r}: declare it in core.audit.Verb.")
     return dict(
         tenant_id=tenant.pk if tenant is not None else getattr(obj, "tenant_id", None),

@@ -8,13 +8,15 @@ import os
 import tempfile
 
 # Under pytest-xdist each test process has its own database (test_takeover_gw0, ...), so it
-# needs its own broker and mailbox too: the ones it inherits are the controller's, shared.
+# needs its own broker, mailbox and input storage too: the ones it inherits are the controller's, shared.
 # Once per test process: the Celery workers it starts inherit its environment, and its dirs.
 _process = os.environ.get("PYTEST_XDIST_WORKER")
 if _process and os.environ.get("TAKEOVER_TEST_DIRS_OF") != _process:
     os.environ["TAKEOVER_TEST_DIRS_OF"] = _process
     os.environ["CELERY_BROKER_DIR"] = tempfile.mkdtemp(prefix=f"takeover-test-broker-{_process}-")
     os.environ["EMAIL_FILE_PATH"] = tempfile.mkdtemp(prefix=f"takeover-test-mail-{_process}-")
+    # Tests count the stored input files: another process's uploads must not be counted.
+    os.environ["INPUT_STORAGE_DIR"] = tempfile.mkdtemp(prefix=f"takeover-test-inputs-{_process}-")
 os.environ.setdefault("CELERY_BROKER_DIR", tempfile.mkdtemp(prefix="takeover-test-broker-"))
 # Longer than the refusal window the safe-retry test opens, so the retry lands after it.
 os.environ.setdefault("SAFE_RETRY_DELAY_SECONDS", "3")

@@ -2,6 +2,7 @@
 fields (a null optional field is "not given"), a keyset page, list parameters."""
 
 import re
+import threading
 
 from rest_framework.response import Response
 
@@ -48,13 +49,29 @@ class IdempotencyKeyMissing(ValidationFailed):
         )
 
 
+_serializers = threading.local()
+
+
+def _serializer(serializer_class):
+    """A serializer of `serializer_class` with nothing validated yet, built once per thread:
+    building one deep-copies every declared field (profiled: a tenth of a proposal's CPU).
+    Its bound fields hold no state between validations; what a validation leaves on the
+    serializer itself is dropped here."""
+    built = _serializers.__dict__.setdefault("built", {})
+    serializer = built.get(serializer_class)
+    if serializer is None:
+        serializer = built[serializer_class] = serializer_class()
+    for name in ("initial_data", "_validated_data", "_errors", "_data"):
+        serializer.__dict__.pop(name, None)
+    return serializer
+
+
 def valid(serializer_class, data):
     """Validated fields. An optional field sent as null means "not given" (docs/design.md,
     "The API's conventions"), unless the field gives null a meaning of its own (tools_called,
     expected_version, approval_id)."""
-    serializer = serializer_class()
+    serializer = _serializer(serializer_class)
     fields = serializer.fields
-    # Given as `data=` after construction: one serializer, its fields deep-copied once.
     serializer.initial_data = {
         name: value
         for name, value in data.items()
