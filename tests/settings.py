@@ -8,7 +8,8 @@ import os
 import tempfile
 
 # Under pytest-xdist each test process has its own database (test_takeover_gw0, ...), so it
-# needs its own broker, mailbox and input storage too: the ones it inherits are the controller's, shared.
+# needs its own broker, mailbox and input storage too: the ones it inherits are the
+# controller's, shared.
 # Once per test process: the Celery workers it starts inherit its environment, and its dirs.
 _process = os.environ.get("PYTEST_XDIST_WORKER")
 if _process and os.environ.get("TAKEOVER_TEST_DIRS_OF") != _process:
