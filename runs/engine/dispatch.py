@@ -82,10 +82,18 @@ RESEND_SETTLE = {**SETTLE, AttemptOutcome.NOT_SENT: (ActionState.UNKNOWN, {})}
 
 
 def settle(
-    action: Action, attempt: Attempt, result: CallResult, *, actor: Actor, table=SETTLE
-) -> None:
+    action: Action,
+    attempt: Attempt,
+    result: CallResult,
+    *,
+    actor: Actor,
+    table=SETTLE,
+    wake: bool = True,
+) -> str | None:
     """Close the attempt and settle the action together (the third and last write of a
-    happy-path effect: propose, lease, settle)."""
+    happy-path effect: propose, lease, settle). Returns the state it settled in (None: the
+    sweeper had written the worker off). An action gone unknown wakes the workers for its
+    read, unless the caller reads it itself (`wake=False`)."""
     target, fields = table[result.outcome]
     why = (
         f"the tool answered HTTP {result.http_status}"
@@ -103,9 +111,9 @@ def settle(
         reason=why,
         **fields,
     ):
-        if target == ActionState.UNKNOWN:
+        if target == ActionState.UNKNOWN and wake:
             wake_workers()  # its reconciliation is due now
-        return
+        return target
     # The sweeper wrote the worker off (lease expired) before the answer came.
     with transaction.atomic():
         _close_attempt(attempt, result)
@@ -146,8 +154,11 @@ def lease_running_out(action: Action) -> bool:
     return timezone.now() >= action.lease_expires_at - margin
 
 
-def dispatch_leased(action: Action, attempt: Attempt, *, actor: Actor = DISPATCHER) -> None:
-    """Call the tool for a leased action and settle it; at most once past the boundary."""
+def dispatch_leased(
+    action: Action, attempt: Attempt, *, actor: Actor = DISPATCHER, wake: bool = True
+) -> str | None:
+    """Call the tool for a leased action and settle it; at most once past the boundary.
+    Returns the state it settled in, if it did (`settle`)."""
     leased_at = attempt.started_at
     with action_log_context(action, "takeover.dispatch"):
         not_sent = 0
@@ -160,7 +171,7 @@ def dispatch_leased(action: Action, attempt: Attempt, *, actor: Actor = DISPATCH
                     "action %s: dispatch lease runs out before the call could start; not sent",
                     action.pk,
                 )
-                return
+                return None
             result = call_tool(action)
             if result.outcome != AttemptOutcome.NOT_SENT or not_sent >= settings.SAFE_RETRY_LIMIT:
                 break
@@ -170,8 +181,8 @@ def dispatch_leased(action: Action, attempt: Attempt, *, actor: Actor = DISPATCH
             time.sleep(settings.SAFE_RETRY_DELAY_SECONDS)
             attempt = _retry_attempt(action, attempt.number + 1)
             if attempt is None:
-                return
-        settle(action, attempt, result, actor=actor)
+                return None
+        settled = settle(action, attempt, result, actor=actor, wake=wake)
         metrics.record_dispatch(action.tool.name, (timezone.now() - leased_at).total_seconds())
         logger.info(
             "action %s (%s → %s): %s%s",
@@ -182,6 +193,7 @@ def dispatch_leased(action: Action, attempt: Attempt, *, actor: Actor = DISPATCH
             f" HTTP {result.http_status}" if result.http_status else "",
             extra={"tool": action.tool.name, "outcome": result.outcome},
         )
+    return settled
 
 
 def action_dispatch(action_id, *, actor: Actor = DISPATCHER) -> Action | None:

@@ -12,6 +12,7 @@ from django.db import connection
 
 from notifications.delivery import deliver_leased, lease_deliveries
 
+from ..states import ActionState
 from ..wakeup import wake_workers, wakeup_taken
 from .dispatch import dispatch_leased
 from .leases import lease_queued, lease_unknown
@@ -83,6 +84,18 @@ def dispatch_pool() -> DispatchPool:
         return _pool
 
 
+def dispatch_then_read(action, attempt) -> None:
+    """A pool job: dispatch a leased action, and when its answer was lost (unknown), read it
+    at once in this thread, leased as any reader leases it: its reconciliation is due now,
+    and waking every worker to race for it costs more than the read."""
+    if dispatch_leased(action, attempt, wake=False) != ActionState.UNKNOWN:
+        return
+    if lease_unknown(1, only=[action.pk]):
+        reconcile_leased(action.pk)
+    else:  # not due yet (a resend's backoff, say), or a peer has it: the usual wake-up
+        wake_workers()
+
+
 def drain(
     *,
     max_seconds: float | None = None,
@@ -134,7 +147,7 @@ def drain(
             raise
         pool.release(held - len(leased) - len(due) - len(sends))
         for action, attempt in leased:
-            pool.submit(dispatch_leased, action, attempt)
+            pool.submit(dispatch_then_read, action, attempt)
         for action_id in due:
             pool.submit(reconcile_leased, action_id)
         for delivery_id in sends:
