@@ -298,31 +298,30 @@ class Operation:
         returns = " | ".join(results)
         return f"    def {self.name}({', '.join(params)}) -> {returns}:"
 
-    def body(self) -> list[str]:
-        def group(where: str) -> str:
-            items = [f"{wire!r}: {py}" for py, _, _, w, wire in self.keywords if w == where]
-            return "{" + ", ".join(items) + "}"
-
-        path_args = ", ".join(f"{py!r}: {py}" for py, _ in self.path_params)
+    def decorator(self) -> str:
+        """`@operation(...)`: the answers' models, and the arguments that do not go where
+        the method sends them by default (a GET's query, any other's body)."""
+        default = "query" if self.method == "GET" else "body"
+        astray = [wire for _, _, _, w, wire in self.keywords if w in {"query", "body"} - {default}]
+        if astray:
+            sys.exit(f"{self.name}: `operation` cannot send {astray} there; teach it")
+        args = [repr(self.method), repr(self.path)]
+        for where, keyword in (("header", "headers"), ("file", "files")):
+            listed = tuple(py for py, _, _, w, _ in self.keywords if w == where)
+            if listed:
+                args.append(f"{keyword}={listed!r}")
+        renamed = {py: wire for py, _, _, _, wire in self.keywords if py != wire}
+        if renamed:
+            args.append(f"wire={renamed!r}")
         returns = ", ".join(
             f"{status}: {'models.' + r if r else 'None'}" for status, r in self.returns.items()
         )
-        call = "self._call"
+        args.append(f"returns={{{returns}}}")
+        return f"    @operation({', '.join(args)})"
+
+    def body(self) -> list[str]:
         what = f"{self.method} {PREFIX}{self.path}" + (f": {self.doc}" if self.doc else "")
-        lines = [docstring(what, "        ").rstrip()]
-        lines.append(f"        return {call}(")
-        lines.append(f"            {self.method!r},")
-        lines.append(f"            {self.path!r},")
-        lines.append(f"            {{{path_args}}},")
-        lines.append(f"            query={group('query')},")
-        lines.append(f"            headers={group('header')},")
-        has_body = any(w == "body" for _, _, _, w, _ in self.keywords)
-        lines.append(f"            body={group('body') if has_body else None},")
-        if self.files:
-            lines.append(f"            files={group('file')},")
-        lines.append(f"            returns={{{returns}}},")
-        lines.append("        )")
-        return lines
+        return [docstring(what, "        ").rstrip()]
 
 
 def render_api(document: dict[str, Any]) -> dict[str, str]:
@@ -338,12 +337,14 @@ def render_api(document: dict[str, Any]) -> dict[str, str]:
             "from __future__ import annotations\n",
             "from typing import Any, Literal\n",
             "from .. import models",
+            "from .._api import operation",
             "from .._model import UNSET\n",
             f"\nclass {group.capitalize()}Operations:",
             f'    """`client.api.<operation>` for {group}: `Api` and `AsyncApi` inherit'
             ' these."""\n',
         ]
         for op in operations:
+            out.append(op.decorator())
             out.append(op.signature())
             out.extend(op.body())
             out.append("")

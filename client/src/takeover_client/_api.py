@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -47,6 +49,57 @@ def _result(returns: dict[int, type[Model] | None], data: Any, status: int) -> A
     if cls is None:
         return None
     return cls.from_dict(data)
+
+
+def operation(
+    method: str,
+    path: str,
+    *,
+    returns: dict[int, type[Model] | None],
+    headers: tuple[str, ...] = (),
+    files: tuple[str, ...] = (),
+    wire: dict[str, str] | None = None,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """One operation of the API as a typed method. The decorated function only declares the
+    arguments: path parameters positional, the rest keyword-only (UNSET ones are not sent),
+    which a GET sends as the query and any other method as the body, but for those named in
+    `headers` and `files`; `wire` spells the names the API spells otherwise. The method
+    answers `self._call(...)`: the model, or an awaitable of it on `AsyncBase`."""
+    wire = wire or {}
+    where = "query" if method == "GET" else "body"
+
+    def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
+        parameters = inspect.signature(function).parameters
+        groups: dict[str, list[str]] = {"path": [], "query": [], "body": []}
+        for name, parameter in parameters.items():
+            if name == "self" or name in headers or name in files:
+                continue
+            positional = parameter.kind is parameter.POSITIONAL_OR_KEYWORD
+            groups["path" if positional else where].append(name)
+        signature = inspect.signature(function)
+
+        @functools.wraps(function)
+        def call(self, *args, **kwargs):
+            given = signature.bind(self, *args, **kwargs)
+            given.apply_defaults()
+
+            def named(names) -> dict[str, Any]:
+                return {wire.get(name, name): given.arguments[name] for name in names}
+
+            return self._call(
+                method,
+                path,
+                named(groups["path"]),
+                query=named(groups["query"]),
+                headers=named(headers),
+                body=named(groups["body"]) if groups["body"] else None,
+                files=named(files) if files else None,
+                returns=returns,
+            )
+
+        return call
+
+    return decorate
 
 
 class SyncBase:
