@@ -306,10 +306,10 @@ class Operation:
         if astray:
             sys.exit(f"{self.name}: `operation` cannot send {astray} there; teach it")
         args = [repr(self.method), repr(self.path)]
-        for where, keyword in (("header", "headers"), ("file", "files")):
+        for where, argument in (("header", "headers"), ("file", "files")):
             listed = tuple(py for py, _, _, w, _ in self.keywords if w == where)
             if listed:
-                args.append(f"{keyword}={listed!r}")
+                args.append(f"{argument}={listed!r}")
         renamed = {py: wire for py, _, _, _, wire in self.keywords if py != wire}
         if renamed:
             args.append(f"wire={renamed!r}")
