@@ -94,35 +94,46 @@ def tool_create(
     effect = effect or ToolEffect.UNSAFE
     _check_declaration(effect, lookup, requires_approval)
     validate_base_url(base_url)
+    return tool_insert(
+        tenant=tenant,
+        name=name,
+        base_url=base_url,
+        effect=effect,
+        lookup=lookup,
+        requires_approval=requires_approval,
+        identity_fields=identity_fields,
+        timeout_seconds=timeout_seconds,
+        actor=actor,
+        after=lambda tool: {
+            "name": name,
+            "base_url": base_url,
+            "effect": tool.effect,
+            "lookup": tool.lookup,
+            "requires_approval": requires_approval,
+            "identity_fields": tool.identity_fields,
+            "timeout_seconds": timeout_seconds,
+        },
+    )
+
+
+def tool_insert(
+    *, tenant: Tenant, name: str, identity_fields=(), actor: Actor, after, **fields
+) -> Tool:
+    """Write a new tool, checked by the caller (`tool_create`, `runs.mcp_tools`): a name the
+    tenant already uses is refused, the declaration is stamped with `actor`, and the audit
+    row records `after(tool)`, in the same transaction."""
     with transaction.atomic():
         if Tool.objects.filter(tenant=tenant, name=name).exists():
             raise StateConflict(f"Tool {name!r} already exists in {tenant.slug}.")
         tool = Tool.objects.create(
             tenant=tenant,
             name=name,
-            base_url=base_url,
-            effect=effect,
-            lookup=lookup,
             declared_by=actor.as_dict(),
             declared_at=timezone.now(),
-            requires_approval=requires_approval,
             identity_fields=list(identity_fields),
-            timeout_seconds=timeout_seconds,
+            **fields,
         )
-        audit(
-            actor=actor,
-            verb=Verb.TOOL_CREATE,
-            obj=tool,
-            after={
-                "name": name,
-                "base_url": base_url,
-                "effect": tool.effect,
-                "lookup": tool.lookup,
-                "requires_approval": requires_approval,
-                "identity_fields": tool.identity_fields,
-                "timeout_seconds": timeout_seconds,
-            },
-        )
+        audit(actor=actor, verb=Verb.TOOL_CREATE, obj=tool, after=after(tool))
     return tool
 
 
