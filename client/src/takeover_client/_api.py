@@ -118,17 +118,27 @@ class SyncBase:
 
 
 def _every(operation, limit, params) -> Iterator[Any]:
-    cursor, count = Unset(), 0
-    while True:
-        page = operation(cursor=cursor, **params)
-        for item in page.results:
-            yield item
-            count += 1
-            if limit is not None and count >= limit:
-                return
-        if not page.next:
-            return
-        cursor = page.next
+    walk = _Walk(limit)
+    while walk.cursor is not None:
+        yield from walk.items(operation(cursor=walk.cursor, **params))
+
+
+class _Walk:
+    """Where `every` stands in a list: the cursor to ask for next (None: done) and how many
+    items are still wanted. (A `limit` of 0 or less still yields one item, as it always has.)"""
+
+    def __init__(self, limit: int | None) -> None:
+        self.cursor: Any = Unset()
+        self.left = limit
+
+    def items(self, page: Any) -> list[Any]:
+        items = page.results
+        if self.left is not None:
+            items = items[: max(self.left, 1)]
+            self.left -= len(items)
+        done = not page.next or (self.left is not None and self.left <= 0 and bool(items))
+        self.cursor = None if done else page.next
+        return items
 
 
 class AsyncBase:
@@ -144,14 +154,7 @@ class AsyncBase:
         self, operation: Callable[..., Any], /, *, limit: int | None = None, **params
     ) -> AsyncIterator[Any]:
         """`SyncBase.every`, as an async iterator."""
-        cursor, count = Unset(), 0
-        while True:
-            page = await operation(cursor=cursor, **params)
-            for item in page.results:
+        walk = _Walk(limit)
+        while walk.cursor is not None:
+            for item in walk.items(await operation(cursor=walk.cursor, **params)):
                 yield item
-                count += 1
-                if limit is not None and count >= limit:
-                    return
-            if not page.next:
-                return
-            cursor = page.next
