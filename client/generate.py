@@ -163,6 +163,38 @@ def model_groups(document: dict[str, Any]) -> dict[str, str]:
     return placed
 
 
+def parent_of(name: str, objects: list[str], components: dict[str, Any]) -> str | None:
+    """The component `name` extends, as the server's serializers do (`ToolCreatedOut` is
+    `ToolOut` and a secret): the largest other one whose properties, the same and equally
+    required, come first in `name`'s. The model then inherits its fields."""
+
+    def fields(n: str) -> list[tuple[str, str, bool]]:
+        schema = components[n]
+        required = set(schema.get("required", []))
+        return [(f, repr(p), f in required) for f, p in schema.get("properties", {}).items()]
+
+    own = fields(name)
+    candidates = [
+        other
+        for other in objects
+        if other != name and 0 < len(fields(other)) < len(own)
+        and own[: len(fields(other))] == fields(other)
+    ]
+    return max(candidates, key=lambda o: (len(fields(o)), o), default=None)
+
+
+def is_page(schema: dict[str, Any]) -> bool:
+    """A page of a list operation, which `_model.Page` describes but for its results."""
+    next_ = schema.get("properties", {}).get("next", {})
+    return list(schema.get("properties", {})) == ["results", "next"] and next_.get(
+        "description"
+    ) == "Pass as `cursor` for the next page; null at the end."
+
+
+def depth(name: str, parents: dict[str, str | None]) -> int:
+    return 0 if parents[name] is None else 1 + depth(parents[name], parents)
+
+
 def render_models(document: dict[str, Any]) -> dict[str, str]:
     components = document["components"]["schemas"]
     types = Types(components)
@@ -177,19 +209,33 @@ def render_models(document: dict[str, Any]) -> dict[str, str]:
             values = ", ".join(repr(v) for v in schema["enum"] if v is not None)
             bodies["common"].append(f"{name} = Literal[{values}]\n")
             names["common"].append(name)
-    for name in sorted(components):
+    objects = [
+        name
+        for name, schema in components.items()
+        if schema.get("type") == "object"
+        and "enum" not in schema
+        and not is_problem(name)
+        and not is_request_body(name)
+    ]
+    parents = {name: parent_of(name, objects, components) for name in objects}
+    runtime: dict[str, set[str]] = {"common": set(), "resources": set()}
+    for name in sorted(objects, key=lambda n: (depth(n, parents), n)):
         schema = components[name]
-        if "enum" in schema or is_problem(name) or is_request_body(name):
-            continue
-        if schema.get("type") != "object":
-            continue
+        parent = parents[name] or ("Page" if is_page(schema) else None)
         out = bodies[placed.get(name, "common")]
         names[placed.get(name, "common")].append(name)
         out.append("\n@dataclass(frozen=True, kw_only=True)")
-        out.append(f"class {name}(Model):")
+        out.append(f"class {name}({parent or 'Model'}):")
         out.append(docstring(schema.get("description") or f"The `{name}` schema.", "    "))
+        if parents[name] and placed.get(parent, "common") != placed.get(name, "common"):
+            runtime[placed.get(name, "common")].add(parent)
+        inherited = set(components[parent]["properties"]) if parents[name] else set()
+        if parent == "Page":
+            inherited = {"next"}
         required = set(schema.get("required", []))
         for field, prop in schema.get("properties", {}).items():
+            if field in inherited:
+                continue
             annotation = types.annotation(prop)
             line = f"    {python_name(field)}: {annotation}"
             if field not in required:
@@ -206,14 +252,16 @@ def render_models(document: dict[str, Any]) -> dict[str, str]:
         where = "(enums, nested objects)" if group == "common" else "(what operations answer)"
         imports = {}
         for name in used:
-            imports.setdefault(home[name], []).append(name)
+            if name not in runtime[group]:
+                imports.setdefault(home[name], []).append(name)
         lines = [
             HEADER.format(what=f"The API's resources {where}, typed: one dataclass each."),
             "from __future__ import annotations\n",
             "from dataclasses import dataclass",
             "from datetime import datetime",
             "from typing import TYPE_CHECKING, Any, Literal\n",
-            "from .._model import Model\n",
+            "from .._model import Model, Page\n",
+            *(f"from .{home[n]} import {n}" for n in sorted(runtime[group])),
         ]
         if imports:
             lines.append("if TYPE_CHECKING:  # annotations only: `Model` resolves them by name")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from .._model import Model
+from .._model import Model, Page
 
 if TYPE_CHECKING:  # annotations only: `Model` resolves them by name
     from .common import (
@@ -85,12 +85,10 @@ class ActionOut(Model):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ActionPage(Model):
+class ActionPage(Page):
     """The `ActionPage` schema."""
 
     results: list[ActionOut]
-    next: str | None
-    """Pass as `cursor` for the next page; null at the end."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,12 +115,10 @@ class ApprovalOut(Model):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ApprovalPage(Model):
+class ApprovalPage(Page):
     """The `ApprovalPage` schema."""
 
     results: list[ApprovalOut]
-    next: str | None
-    """Pass as `cursor` for the next page; null at the end."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,21 +142,17 @@ class ApprovalRequestOut(Model):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ApprovalRequestPage(Model):
+class ApprovalRequestPage(Page):
     """The `ApprovalRequestPage` schema."""
 
     results: list[ApprovalRequestOut]
-    next: str | None
-    """Pass as `cursor` for the next page; null at the end."""
 
 
 @dataclass(frozen=True, kw_only=True)
-class AuditEventPage(Model):
+class AuditEventPage(Page):
     """The `AuditEventPage` schema."""
 
     results: list[AuditEventOut]
-    next: str | None
-    """Pass as `cursor` for the next page; null at the end."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -202,21 +194,17 @@ class ForceReplayRequestOut(Model):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ForceReplayRequestPage(Model):
+class ForceReplayRequestPage(Page):
     """The `ForceReplayRequestPage` schema."""
 
     results: list[ForceReplayRequestOut]
-    next: str | None
-    """Pass as `cursor` for the next page; null at the end."""
 
 
 @dataclass(frozen=True, kw_only=True)
-class IdempotencyConflictPage(Model):
+class IdempotencyConflictPage(Page):
     """The `IdempotencyConflictPage` schema."""
 
     results: list[IdempotencyConflictOut]
-    next: str | None
-    """Pass as `cursor` for the next page; null at the end."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -240,12 +228,10 @@ class LedgerEntryOut(Model):
 
 
 @dataclass(frozen=True, kw_only=True)
-class LedgerEntryPage(Model):
+class LedgerEntryPage(Page):
     """The `LedgerEntryPage` schema."""
 
     results: list[LedgerEntryOut]
-    next: str | None
-    """Pass as `cursor` for the next page; null at the end."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -270,38 +256,10 @@ class PrincipalCreatedOut(Model):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ReplayPage(Model):
+class ReplayPage(Page):
     """The `ReplayPage` schema."""
 
     results: list[ReplayOut]
-    next: str | None
-    """Pass as `cursor` for the next page; null at the end."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunDetailOut(Model):
-    """The `RunDetailOut` schema."""
-
-    id: str
-    tenant: str
-    principal: str
-    trigger: TriggerEnum
-    config: dict[str, Any]
-    input_file: InputFileOut | None
-    session_id: str
-    status: RunStatusEnum
-    attempts: int
-    error_message: str
-    replay_of: str | None
-    tools_executed: list[str] | None
-    """[] verified no tool called; a list of tools called; null unknown."""
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-    heartbeat_at: datetime | None
-    actions: list[ActionSummaryOut]
-    replay_verdict: ReplayVerdictOut
-    """What a replay without force would answer."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -328,12 +286,10 @@ class RunOut(Model):
 
 
 @dataclass(frozen=True, kw_only=True)
-class RunPage(Model):
+class RunPage(Page):
     """The `RunPage` schema."""
 
     results: list[RunOut]
-    next: str | None
-    """Pass as `cursor` for the next page; null at the end."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -347,26 +303,6 @@ class TenantSettingsOut(Model):
     """0: unknown actions are not notified."""
     approval_expiry_warning_seconds: int
     """0: expiring requests are not notified."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class TokenCreatedOut(Model):
-    """The `TokenCreatedOut` schema."""
-
-    id: str
-    label: str
-    """The first characters, to tell tokens apart."""
-    name: str
-    owner: ActorOut
-    state: TokenStateEnum
-    created_at: datetime
-    expires_at: datetime | None
-    last_used_at: datetime | None
-    """Written at most once a minute."""
-    revoked_at: datetime | None
-    rotated_from: str | None
-    token: str
-    """Shown once; only its hash is stored."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -388,45 +324,10 @@ class TokenOut(Model):
 
 
 @dataclass(frozen=True, kw_only=True)
-class TokenPage(Model):
+class TokenPage(Page):
     """The `TokenPage` schema."""
 
     results: list[TokenOut]
-    next: str | None
-    """Pass as `cursor` for the next page; null at the end."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class ToolCreatedOut(Model):
-    """The `ToolCreatedOut` schema."""
-
-    id: str
-    name: str
-    base_url: str | None = None
-    effect: EffectEnum
-    """`read_only`: no side effect (no approval, no ledger key, never at risk in a replay);
-    `idempotent`: applies an Idempotency-Key at most once and answers a repeat with the first
-    result (an unknown outcome is re-sent with the same key); `unsafe`: neither (the default)."""
-    lookup: bool
-    """Answers GET {base_url}/effects/{key}: 200 `{applied: true, state, version}` or 404;
-    reconciliation asks it first."""
-    declared_by: ActorOut | None
-    """Who made the declaration in force."""
-    declared_at: datetime | None
-    requires_approval: bool
-    identity_fields: list[str]
-    timeout_seconds: float
-    created_at: datetime
-    signing_secret_created_at: datetime | None = None
-    previous_secret_expires_at: datetime | None = None
-    """While set and in the future, requests are signed with the previous secret too."""
-    kind: ToolKindEnum
-    """`http`: the tool protocol at base_url; `mcp`: an MCP server's tool."""
-    mcp: ToolMcpOut | None = None
-    """An MCP tool's upstream (operators only)."""
-    signing_secret: str
-    """The secret every request to this tool is signed with (`Takeover-Signature`): shown this
-    once."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -460,9 +361,33 @@ class ToolOut(Model):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ToolPage(Model):
+class ToolPage(Page):
     """The `ToolPage` schema."""
 
     results: list[ToolOut]
-    next: str | None
-    """Pass as `cursor` for the next page; null at the end."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunDetailOut(RunOut):
+    """The `RunDetailOut` schema."""
+
+    actions: list[ActionSummaryOut]
+    replay_verdict: ReplayVerdictOut
+    """What a replay without force would answer."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenCreatedOut(TokenOut):
+    """The `TokenCreatedOut` schema."""
+
+    token: str
+    """Shown once; only its hash is stored."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCreatedOut(ToolOut):
+    """The `ToolCreatedOut` schema."""
+
+    signing_secret: str
+    """The secret every request to this tool is signed with (`Takeover-Signature`): shown this
+    once."""
