@@ -195,6 +195,17 @@ def depth(name: str, parents: dict[str, str | None]) -> int:
     return 0 if parents[name] is None else 1 + depth(parents[name], parents)
 
 
+def qualified(annotation: str, group: str, home_of: dict[str, str]) -> str:
+    """`annotation` with the components of the other module by that module's name
+    (`common.ActorOut`): one import of the module rather than a list of its names."""
+
+    def name(match: re.Match) -> str:
+        home = home_of.get(match[0], group)
+        return match[0] if home == group else f"{home}.{match[0]}"
+
+    return re.sub(r"\b[A-Z]\w*\b", name, annotation)
+
+
 def render_models(document: dict[str, Any]) -> dict[str, str]:
     components = document["components"]["schemas"]
     types = Types(components)
@@ -218,11 +229,14 @@ def render_models(document: dict[str, Any]) -> dict[str, str]:
         and not is_request_body(name)
     ]
     parents = {name: parent_of(name, objects, components) for name in objects}
+    home_of = {name: placed.get(name, "common") for name in objects}
+    home_of.update({name: "common" for name in names["common"]})  # the enums
     runtime: dict[str, set[str]] = {"common": set(), "resources": set()}
     for name in sorted(objects, key=lambda n: (depth(n, parents), n)):
         schema = components[name]
         parent = parents[name] or ("Page" if is_page(schema) else None)
-        out = bodies[placed.get(name, "common")]
+        group = placed.get(name, "common")
+        out = bodies[group]
         names[placed.get(name, "common")].append(name)
         out.append("\n@dataclass(frozen=True, kw_only=True)")
         out.append(f"class {name}({parent or 'Model'}):")
@@ -237,6 +251,7 @@ def render_models(document: dict[str, Any]) -> dict[str, str]:
             if field in inherited:
                 continue
             annotation = types.annotation(prop)
+            annotation = qualified(annotation, group, home_of)
             line = f"    {python_name(field)}: {annotation}"
             if field not in required:
                 line += " = None" if "None" in annotation else " | None = None"
@@ -248,12 +263,8 @@ def render_models(document: dict[str, Any]) -> dict[str, str]:
     files = {}
     for group, body in bodies.items():
         text = "\n".join(body)
-        used = sorted({n for n in re.findall(r"\b[A-Z]\w*\b", text) if home.get(n, group) != group})
         where = "(enums, nested objects)" if group == "common" else "(what operations answer)"
-        imports = {}
-        for name in used:
-            if name not in runtime[group]:
-                imports.setdefault(home[name], []).append(name)
+        others = sorted(set(re.findall(r"\b(common|resources)\.[A-Z]", text)) - {group})
         lines = [
             HEADER.format(what=f"The API's resources {where}, typed: one dataclass each."),
             "from __future__ import annotations\n",
@@ -263,10 +274,9 @@ def render_models(document: dict[str, Any]) -> dict[str, str]:
             "from .._model import Model, Page\n",
             *(f"from .{home[n]} import {n}" for n in sorted(runtime[group])),
         ]
-        if imports:
+        if others:
             lines.append("if TYPE_CHECKING:  # annotations only: `Model` resolves them by name")
-            for module, listed in sorted(imports.items()):
-                lines.append(f"    from .{module} import {', '.join(listed)}")
+            lines += [f"    from . import {module}" for module in others]
             lines.append("")
         files[f"models/{group}.py"] = "\n".join([*lines, text])
     exports = [n for listed in names.values() for n in listed]
