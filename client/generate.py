@@ -177,7 +177,8 @@ def parent_of(name: str, objects: list[str], components: dict[str, Any]) -> str 
     candidates = [
         other
         for other in objects
-        if other != name and 0 < len(fields(other)) < len(own)
+        if other != name
+        and 0 < len(fields(other)) < len(own)
         and own[: len(fields(other))] == fields(other)
     ]
     return max(candidates, key=lambda o: (len(fields(o)), o), default=None)
@@ -186,9 +187,10 @@ def parent_of(name: str, objects: list[str], components: dict[str, Any]) -> str 
 def is_page(schema: dict[str, Any]) -> bool:
     """A page of a list operation, which `_model.Page` describes but for its results."""
     next_ = schema.get("properties", {}).get("next", {})
-    return list(schema.get("properties", {})) == ["results", "next"] and next_.get(
-        "description"
-    ) == "Pass as `cursor` for the next page; null at the end."
+    return (
+        list(schema.get("properties", {})) == ["results", "next"]
+        and next_.get("description") == "Pass as `cursor` for the next page; null at the end."
+    )
 
 
 def depth(name: str, parents: dict[str, str | None]) -> int:
