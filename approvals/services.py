@@ -141,22 +141,18 @@ def approval_revoke(approval: Approval, *, actor: Actor, reason: str) -> Approva
     return approval
 
 
-def approval_request_open(
-    *, tenant, principal, tool, target, desired_state, expected_version, action_id, actor: Actor
-) -> ApprovalRequest:
+def approval_request_open(*, tenant, action_id, actor: Actor, **binding) -> ApprovalRequest:
+    """Ask for an approval of the intent `binding` (principal, tool, target, desired_state,
+    expected_version) for the action `action_id`."""
     from django.conf import settings
 
     now = timezone.now()
     request = ApprovalRequest.objects.create(
         tenant=tenant,
-        principal=principal,
-        tool=tool,
-        target=target,
-        desired_state=desired_state,
-        expected_version=expected_version,
         action_id=action_id,
         created_at=now,
         expires_at=now + timedelta(seconds=settings.APPROVAL_REQUEST_TTL_SECONDS),
+        **binding,
     )
     audit(
         actor=actor,

@@ -25,35 +25,7 @@ import uuid
 
 import psycopg
 
-
-def percentile(values, q):
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def cpu_seconds(pids) -> float:
-    total = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
-
-
-def children_of(parent: int) -> list[int]:
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == parent:
-                        found.append(int(name))
-            except OSError:
-                pass
-    return found
+from bench.loadgen import children_of, cpu_seconds, in_threads, percentile
 
 
 def main(argv=None) -> int:
@@ -113,28 +85,16 @@ def main(argv=None) -> int:
 
     def drive(count: int, prefix: str) -> list[float]:
         latencies: list[list[float]] = [[] for _ in range(opts.clients)]
-        errors = []
 
         def share(t):
-            try:
-                for i in range(t, count, opts.clients):
-                    started = time.monotonic()
-                    with SetWorkflowID(f"{prefix}-{i}"):
-                        handle = DBOS.start_workflow(
-                            effect, f"ticket:{prefix}-{i}", {"status": "done"}
-                        )
-                    handle.get_result()
-                    latencies[t].append(time.monotonic() - started)
-            except BaseException as exc:
-                errors.append(exc)
+            for i in range(t, count, opts.clients):
+                started = time.monotonic()
+                with SetWorkflowID(f"{prefix}-{i}"):
+                    handle = DBOS.start_workflow(effect, f"ticket:{prefix}-{i}", {"status": "done"})
+                handle.get_result()
+                latencies[t].append(time.monotonic() - started)
 
-        threads = [threading.Thread(target=share, args=(t,)) for t in range(opts.clients)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        if errors:
-            raise errors[0]
+        in_threads(opts.clients, share)
         return [x for lat in latencies for x in lat]
 
     drive(200, f"warm-{uuid.uuid4().hex[:6]}")

@@ -29,7 +29,7 @@ import anyio
 import httpx
 import httpx2
 
-from .loadgen import Stack
+from .loadgen import Stack, in_threads
 
 
 def start_demo_mcp(stack: Stack) -> str:
@@ -199,11 +199,7 @@ def timed_calls(url: str, token: str | None, tool: str, args: dict, *, clients: 
 
         anyio.run(go)
 
-    threads = [threading.Thread(target=worker, args=(n,)) for n in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    in_threads(clients, worker)
     if errors:
         raise RuntimeError(f"{len(errors)} calls failed, e.g. {errors[0]}")
     return latencies

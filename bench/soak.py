@@ -221,7 +221,7 @@ def invariants(tenant, downstream_stats: dict) -> dict:
 
     from core.models import AuditEvent
     from runs.models import Action, Attempt
-    from runs.states import IN_PROGRESS
+    from runs.states import IN_PROGRESS, ActionState
 
     actions = dict(Action.objects.filter(tenant=tenant).values_list("pk", "state"))
     keys = dict(Action.objects.filter(tenant=tenant).values_list("idempotency_key", "target"))
@@ -274,7 +274,7 @@ def invariants(tenant, downstream_stats: dict) -> dict:
         .values_list("object_id", "verb", "before", "after")
     )
     for object_id, verb, before, after in events.iterator(chunk_size=5000):
-        if verb == "action.propose" or verb.removeprefix("action.") in STATES:
+        if verb == "action.propose" or verb.removeprefix("action.") in ActionState.values:
             chains[object_id].append((verb, before, after))
     gaps = 0
     for pk, state in actions.items():
@@ -306,15 +306,3 @@ def invariants(tenant, downstream_stats: dict) -> dict:
 
 
 RESENDABLE = {"idempotent", "read_only"}
-
-
-STATES = {
-    "awaiting_approval",
-    "queued",
-    "dispatching",
-    "succeeded",
-    "failed",
-    "unknown",
-    "needs_human",
-    "blocked",
-}

@@ -163,6 +163,51 @@ def model_groups(document: dict[str, Any]) -> dict[str, str]:
     return placed
 
 
+def parent_of(name: str, objects: list[str], components: dict[str, Any]) -> str | None:
+    """The component `name` extends, as the server's serializers do (`ToolCreatedOut` is
+    `ToolOut` and a secret): the largest other one whose properties, the same and equally
+    required, come first in `name`'s. The model then inherits its fields."""
+
+    def fields(n: str) -> list[tuple[str, str, bool]]:
+        schema = components[n]
+        required = set(schema.get("required", []))
+        return [(f, repr(p), f in required) for f, p in schema.get("properties", {}).items()]
+
+    own = fields(name)
+    candidates = [
+        other
+        for other in objects
+        if other != name
+        and 0 < len(fields(other)) < len(own)
+        and own[: len(fields(other))] == fields(other)
+    ]
+    return max(candidates, key=lambda o: (len(fields(o)), o), default=None)
+
+
+def is_page(schema: dict[str, Any]) -> bool:
+    """A page of a list operation, which `_model.Page` describes but for its results."""
+    next_ = schema.get("properties", {}).get("next", {})
+    return (
+        list(schema.get("properties", {})) == ["results", "next"]
+        and next_.get("description") == "Pass as `cursor` for the next page; null at the end."
+    )
+
+
+def depth(name: str, parents: dict[str, str | None]) -> int:
+    return 0 if parents[name] is None else 1 + depth(parents[name], parents)
+
+
+def qualified(annotation: str, group: str, home_of: dict[str, str]) -> str:
+    """`annotation` with the components of the other module by that module's name
+    (`common.ActorOut`): one import of the module rather than a list of its names."""
+
+    def name(match: re.Match) -> str:
+        home = home_of.get(match[0], group)
+        return match[0] if home == group else f"{home}.{match[0]}"
+
+    return re.sub(r"\b[A-Z]\w*\b", name, annotation)
+
+
 def render_models(document: dict[str, Any]) -> dict[str, str]:
     components = document["components"]["schemas"]
     types = Types(components)
@@ -177,20 +222,38 @@ def render_models(document: dict[str, Any]) -> dict[str, str]:
             values = ", ".join(repr(v) for v in schema["enum"] if v is not None)
             bodies["common"].append(f"{name} = Literal[{values}]\n")
             names["common"].append(name)
-    for name in sorted(components):
+    objects = [
+        name
+        for name, schema in components.items()
+        if schema.get("type") == "object"
+        and "enum" not in schema
+        and not is_problem(name)
+        and not is_request_body(name)
+    ]
+    parents = {name: parent_of(name, objects, components) for name in objects}
+    home_of = {name: placed.get(name, "common") for name in objects}
+    home_of.update({name: "common" for name in names["common"]})  # the enums
+    runtime: dict[str, set[str]] = {"common": set(), "resources": set()}
+    for name in sorted(objects, key=lambda n: (depth(n, parents), n)):
         schema = components[name]
-        if "enum" in schema or is_problem(name) or is_request_body(name):
-            continue
-        if schema.get("type") != "object":
-            continue
-        out = bodies[placed.get(name, "common")]
+        parent = parents[name] or ("Page" if is_page(schema) else None)
+        group = placed.get(name, "common")
+        out = bodies[group]
         names[placed.get(name, "common")].append(name)
         out.append("\n@dataclass(frozen=True, kw_only=True)")
-        out.append(f"class {name}(Model):")
+        out.append(f"class {name}({parent or 'Model'}):")
         out.append(docstring(schema.get("description") or f"The `{name}` schema.", "    "))
+        if parents[name] and placed.get(parent, "common") != placed.get(name, "common"):
+            runtime[placed.get(name, "common")].add(parent)
+        inherited = set(components[parent]["properties"]) if parents[name] else set()
+        if parent == "Page":
+            inherited = {"next"}
         required = set(schema.get("required", []))
         for field, prop in schema.get("properties", {}).items():
+            if field in inherited:
+                continue
             annotation = types.annotation(prop)
+            annotation = qualified(annotation, group, home_of)
             line = f"    {python_name(field)}: {annotation}"
             if field not in required:
                 line += " = None" if "None" in annotation else " | None = None"
@@ -202,23 +265,20 @@ def render_models(document: dict[str, Any]) -> dict[str, str]:
     files = {}
     for group, body in bodies.items():
         text = "\n".join(body)
-        used = sorted({n for n in re.findall(r"\b[A-Z]\w*\b", text) if home.get(n, group) != group})
         where = "(enums, nested objects)" if group == "common" else "(what operations answer)"
-        imports = {}
-        for name in used:
-            imports.setdefault(home[name], []).append(name)
+        others = sorted(set(re.findall(r"\b(common|resources)\.[A-Z]", text)) - {group})
         lines = [
             HEADER.format(what=f"The API's resources {where}, typed: one dataclass each."),
             "from __future__ import annotations\n",
             "from dataclasses import dataclass",
             "from datetime import datetime",
             "from typing import TYPE_CHECKING, Any, Literal\n",
-            "from .._model import Model\n",
+            "from .._model import Model, Page\n",
+            *(f"from .{home[n]} import {n}" for n in sorted(runtime[group])),
         ]
-        if imports:
+        if others:
             lines.append("if TYPE_CHECKING:  # annotations only: `Model` resolves them by name")
-            for module, listed in sorted(imports.items()):
-                lines.append(f"    from .{module} import {', '.join(listed)}")
+            lines += [f"    from . import {module}" for module in others]
             lines.append("")
         files[f"models/{group}.py"] = "\n".join([*lines, text])
     exports = [n for listed in names.values() for n in listed]
@@ -298,31 +358,30 @@ class Operation:
         returns = " | ".join(results)
         return f"    def {self.name}({', '.join(params)}) -> {returns}:"
 
-    def body(self) -> list[str]:
-        def group(where: str) -> str:
-            items = [f"{wire!r}: {py}" for py, _, _, w, wire in self.keywords if w == where]
-            return "{" + ", ".join(items) + "}"
-
-        path_args = ", ".join(f"{py!r}: {py}" for py, _ in self.path_params)
+    def decorator(self) -> str:
+        """`@operation(...)`: the answers' models, and the arguments that do not go where
+        the method sends them by default (a GET's query, any other's body)."""
+        default = "query" if self.method == "GET" else "body"
+        astray = [wire for _, _, _, w, wire in self.keywords if w in {"query", "body"} - {default}]
+        if astray:
+            sys.exit(f"{self.name}: `operation` cannot send {astray} there; teach it")
+        args = [repr(self.method), repr(self.path)]
+        for where, argument in (("header", "headers"), ("file", "files")):
+            listed = tuple(py for py, _, _, w, _ in self.keywords if w == where)
+            if listed:
+                args.append(f"{argument}={listed!r}")
+        renamed = {py: wire for py, _, _, _, wire in self.keywords if py != wire}
+        if renamed:
+            args.append(f"wire={renamed!r}")
         returns = ", ".join(
             f"{status}: {'models.' + r if r else 'None'}" for status, r in self.returns.items()
         )
-        call = "self._call"
+        args.append(f"returns={{{returns}}}")
+        return f"    @operation({', '.join(args)})"
+
+    def body(self) -> list[str]:
         what = f"{self.method} {PREFIX}{self.path}" + (f": {self.doc}" if self.doc else "")
-        lines = [docstring(what, "        ").rstrip()]
-        lines.append(f"        return {call}(")
-        lines.append(f"            {self.method!r},")
-        lines.append(f"            {self.path!r},")
-        lines.append(f"            {{{path_args}}},")
-        lines.append(f"            query={group('query')},")
-        lines.append(f"            headers={group('header')},")
-        has_body = any(w == "body" for _, _, _, w, _ in self.keywords)
-        lines.append(f"            body={group('body') if has_body else None},")
-        if self.files:
-            lines.append(f"            files={group('file')},")
-        lines.append(f"            returns={{{returns}}},")
-        lines.append("        )")
-        return lines
+        return [docstring(what, "        ").rstrip()]
 
 
 def render_api(document: dict[str, Any]) -> dict[str, str]:
@@ -338,12 +397,14 @@ def render_api(document: dict[str, Any]) -> dict[str, str]:
             "from __future__ import annotations\n",
             "from typing import Any, Literal\n",
             "from .. import models",
+            "from .._api import operation",
             "from .._model import UNSET\n",
             f"\nclass {group.capitalize()}Operations:",
             f'    """`client.api.<operation>` for {group}: `Api` and `AsyncApi` inherit'
             ' these."""\n',
         ]
         for op in operations:
+            out.append(op.decorator())
             out.append(op.signature())
             out.extend(op.body())
             out.append("")

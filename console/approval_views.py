@@ -72,19 +72,29 @@ def request_refused(request, req, text):
     return reswap(retarget(response, f"#request-{req.pk}"), "outerHTML")
 
 
-@decision(
-    approval_request_for,
-    Role.APPROVER,
-    back=approvals_url,
-    refused="Not granted",
-    inline=request_refused,
-)
+def _approver_decision(refused: str):
+    """A decision on a pending approval request (grant, deny): an approver's, in place."""
+    return decision(
+        approval_request_for,
+        Role.APPROVER,
+        back=approvals_url,
+        refused=refused,
+        inline=request_refused,
+    )
+
+
+def _back(request, req, error: str = ""):
+    """Back to where the decision was made, saying `error` when the form was refused."""
+    if error:
+        messages.error(request, error)
+    return go(request, next_or(request, approvals_url(req)))
+
+
+@_approver_decision("Not granted")
 def approval_grant(request, req):
     form = GrantForm(request.POST)
-    back = next_or(request, approvals_url(req))
     if not form.is_valid():
-        messages.error(request, "Choose how long the approval stays valid.")
-        return go(request, back)
+        return _back(request, req, "Choose how long the approval stays valid.")
     approval = decisions.approval_request_grant(
         req, ttl_seconds=form.cleaned_data["ttl_seconds"], actor=request.actor
     )
@@ -94,22 +104,14 @@ def approval_grant(request, req):
         f"{timezone.localtime(approval.expires_at):%Y-%m-%d %H:%M} "
         f"{timezone.get_current_timezone_name()}. The action is queued for dispatch.",
     )
-    return go(request, back)
+    return _back(request, req)
 
 
-@decision(
-    approval_request_for,
-    Role.APPROVER,
-    back=approvals_url,
-    refused="Not denied",
-    inline=request_refused,
-)
+@_approver_decision("Not denied")
 def approval_deny(request, req):
     form = DenyForm(request.POST)
-    back = next_or(request, approvals_url(req))
     if not form.is_valid():
-        messages.error(request, "Not denied: a reason is required.")
-        return go(request, back)
+        return _back(request, req, "Not denied: a reason is required.")
     decisions.approval_request_deny(req, reason=form.cleaned_data["reason"], actor=request.actor)
     messages.success(request, f"Denied {req.tool.name} on {req.target}. The action is blocked.")
-    return go(request, back)
+    return _back(request, req)

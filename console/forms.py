@@ -27,14 +27,23 @@ def _reason_field(label="Reason", placeholder=""):
     )
 
 
-class QueueFilterForm(forms.Form):
+def _moment_field(label: str, what: str, example: str):
+    """A date and time typed in a `datetime-local` input (seconds and a bare date accepted)."""
+    return forms.DateTimeField(
+        required=False,
+        label=label,
+        error_messages={"invalid": f"Give {what} as a date and time, e.g. {example}."},
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+        input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"],
+    )
+
+
+class _ScopedFilterForm(forms.Form):
+    """A list's filters over the operator's tenants (one, or `*` for all of them) and their
+    tools, by age."""
+
     tenant = forms.ChoiceField(required=False, label="Tenant")
     tool = forms.ChoiceField(required=False, label="Tool")
-    state = forms.ChoiceField(
-        required=False,
-        label="State",
-        choices=[("", "All open states")] + [(s, ActionState(s).label) for s in FILTER_STATES],
-    )
     age = forms.ChoiceField(required=False, label="Age", choices=list(AGE_LABELS.items()))
 
     def __init__(self, data, *, tenants, tools, current_slug):
@@ -46,6 +55,16 @@ class QueueFilterForm(forms.Form):
         self.fields["tenant"].initial = current_slug
         self.fields["tool"].choices = [("", "All tools")] + [(name, name) for name, _ in tools]
         self.current_slug = current_slug
+
+
+class QueueFilterForm(_ScopedFilterForm):
+    field_order = ["tenant", "tool", "state", "age"]
+
+    state = forms.ChoiceField(
+        required=False,
+        label="State",
+        choices=[("", "All open states")] + [(s, ActionState(s).label) for s in FILTER_STATES],
+    )
 
 
 class ResolveForm(forms.Form):
@@ -89,27 +108,20 @@ class ForceReplayForm(forms.Form):
         return typed
 
 
-class ActionFilterForm(forms.Form):
+class ActionFilterForm(_ScopedFilterForm):
     """All actions: any state, tool, principal, age and tenant (choices from the scope)."""
 
-    tenant = forms.ChoiceField(required=False, label="Tenant")
+    field_order = ["tenant", "state", "tool", "principal", "age"]
+
     state = forms.ChoiceField(
         required=False,
         label="State",
         choices=[("", "Any state")] + [(s, ActionState(s).label) for s in ActionState.values],
     )
-    tool = forms.ChoiceField(required=False, label="Tool")
     principal = forms.ChoiceField(required=False, label="Principal")
-    age = forms.ChoiceField(required=False, label="Age", choices=list(AGE_LABELS.items()))
 
     def __init__(self, data, *, tenants, tools, principals, current_slug):
-        super().__init__(data)
-        tenant_choices = [(t.slug, t.slug) for t in tenants]
-        if len(tenants) > 1:
-            tenant_choices.append(("*", "All my tenants"))
-        self.fields["tenant"].choices = tenant_choices
-        self.fields["tenant"].initial = current_slug
-        self.fields["tool"].choices = [("", "All tools")] + [(n, n) for n, _ in tools]
+        super().__init__(data, tenants=tenants, tools=tools, current_slug=current_slug)
         self.fields["principal"].choices = [("", "All principals")] + [(n, n) for n in principals]
 
 
@@ -134,20 +146,8 @@ class AuditFilterForm(forms.Form):
         label="Object id",
         widget=forms.TextInput(attrs={"placeholder": "uuid"}),
     )
-    since = forms.DateTimeField(
-        required=False,
-        label="From (UTC)",
-        error_messages={"invalid": "Give the start as a date and time, e.g. 2026-11-30 09:00."},
-        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
-        input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"],
-    )
-    until = forms.DateTimeField(
-        required=False,
-        label="To (UTC)",
-        error_messages={"invalid": "Give the end as a date and time, e.g. 2026-11-30 18:00."},
-        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
-        input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"],
-    )
+    since = _moment_field("From (UTC)", "the start", "2026-11-30 09:00")
+    until = _moment_field("To (UTC)", "the end", "2026-11-30 18:00")
 
     def __init__(self, data=None, *, actors=(), verbs=()):
         super().__init__(data)

@@ -144,11 +144,20 @@ def channel_create_view(request):
     return _page(request, new_secret={"channel": channel, "secret": secret, "verb": "added"})
 
 
-def _channel_for(scope, pk) -> NotificationChannel:
-    channel = NotificationChannel.objects.filter(pk=pk, tenant=scope.tenant).first()
-    if channel is None:
-        raise Http404("No such channel.")
-    return channel
+def _of_tenant(model, what: str):
+    """The scoped getter `decision` takes: a `model` row of the current tenant by pk, else a
+    404 ("No such `what`.")."""
+
+    def get(scope, pk):
+        found = model.objects.filter(pk=pk, tenant=scope.tenant).first()
+        if found is None:
+            raise Http404(f"No such {what}.")
+        return found
+
+    return get
+
+
+_channel_for = _of_tenant(NotificationChannel, "channel")
 
 
 @decision(
@@ -258,11 +267,7 @@ def deliveries(request):
     return render(request, "console/deliveries.html", context)
 
 
-def _delivery_for(scope, pk) -> NotificationDelivery:
-    delivery = NotificationDelivery.objects.filter(pk=pk, tenant=scope.tenant).first()
-    if delivery is None:
-        raise Http404("No such delivery.")
-    return delivery
+_delivery_for = _of_tenant(NotificationDelivery, "delivery")
 
 
 @decision(

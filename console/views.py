@@ -34,17 +34,23 @@ def switch_tenant(request):
 # --- the queue -----------------------------------------------------------------------------
 
 
-@operator_required()
-def queue(request):
+def _tenants_asked(request):
+    """`?tenant=`: a slug of the operator's (404 otherwise), or `*` for all of them; the
+    current tenant when absent. The slug and the ids of the tenants it names."""
     scope = request.scope
     slug = request.GET.get("tenant") or scope.tenant.slug
     if slug == "*":
-        tenant_ids = scope.tenant_ids
-    else:
-        tenant = scope.tenant_by_slug(slug)
-        if tenant is None:
-            raise Http404("No such tenant.")
-        tenant_ids = [tenant.pk]
+        return slug, scope.tenant_ids
+    tenant = scope.tenant_by_slug(slug)
+    if tenant is None:
+        raise Http404("No such tenant.")
+    return slug, [tenant.pk]
+
+
+@operator_required()
+def queue(request):
+    scope = request.scope
+    slug, tenant_ids = _tenants_asked(request)
     tools = sel.queue_tools(scope, tenant_ids)
     form = QueueFilterForm(
         {
@@ -171,14 +177,7 @@ def search(request):
 
 def _action_filters(request):
     scope = request.scope
-    slug = request.GET.get("tenant") or scope.tenant.slug
-    if slug == "*":
-        tenant_ids = scope.tenant_ids
-    else:
-        tenant = scope.tenant_by_slug(slug)
-        if tenant is None:
-            raise Http404("No such tenant.")
-        tenant_ids = [tenant.pk]
+    slug, tenant_ids = _tenants_asked(request)
     tools = sel.queue_tools(scope, tenant_ids)
     form = ActionFilterForm(
         {k: request.GET.get(k, "") for k in ("state", "tool", "principal", "age")}

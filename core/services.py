@@ -94,35 +94,46 @@ def tool_create(
     effect = effect or ToolEffect.UNSAFE
     _check_declaration(effect, lookup, requires_approval)
     validate_base_url(base_url)
+    return tool_insert(
+        tenant=tenant,
+        name=name,
+        base_url=base_url,
+        effect=effect,
+        lookup=lookup,
+        requires_approval=requires_approval,
+        identity_fields=identity_fields,
+        timeout_seconds=timeout_seconds,
+        actor=actor,
+        after=lambda tool: {
+            "name": name,
+            "base_url": base_url,
+            "effect": tool.effect,
+            "lookup": tool.lookup,
+            "requires_approval": requires_approval,
+            "identity_fields": tool.identity_fields,
+            "timeout_seconds": timeout_seconds,
+        },
+    )
+
+
+def tool_insert(
+    *, tenant: Tenant, name: str, identity_fields=(), actor: Actor, after, **fields
+) -> Tool:
+    """Write a new tool, checked by the caller (`tool_create`, `runs.mcp_tools`): a name the
+    tenant already uses is refused, the declaration is stamped with `actor`, and the audit
+    row records `after(tool)`, in the same transaction."""
     with transaction.atomic():
         if Tool.objects.filter(tenant=tenant, name=name).exists():
             raise StateConflict(f"Tool {name!r} already exists in {tenant.slug}.")
         tool = Tool.objects.create(
             tenant=tenant,
             name=name,
-            base_url=base_url,
-            effect=effect,
-            lookup=lookup,
             declared_by=actor.as_dict(),
             declared_at=timezone.now(),
-            requires_approval=requires_approval,
             identity_fields=list(identity_fields),
-            timeout_seconds=timeout_seconds,
+            **fields,
         )
-        audit(
-            actor=actor,
-            verb=Verb.TOOL_CREATE,
-            obj=tool,
-            after={
-                "name": name,
-                "base_url": base_url,
-                "effect": tool.effect,
-                "lookup": tool.lookup,
-                "requires_approval": requires_approval,
-                "identity_fields": tool.identity_fields,
-                "timeout_seconds": timeout_seconds,
-            },
-        )
+        audit(actor=actor, verb=Verb.TOOL_CREATE, obj=tool, after=after(tool))
     return tool
 
 
@@ -370,21 +381,20 @@ def tool_update(tool: Tool, *, actor: Actor, reason: str = "", **changes) -> Too
         _check_declaration(tool.effect, tool.lookup, True)
     if "base_url" in changes:
         validate_base_url(changes["base_url"])
+    return _settings_change(tool, changes, actor=actor, verb=Verb.TOOL_UPDATE, reason=reason)
+
+
+def _settings_change(obj, changes: dict, *, actor: Actor, verb: str, **audited):
+    """Set `changes` on `obj`'s row, locked, and audit the values before and after, in one
+    transaction; the fresh row."""
     with transaction.atomic():
-        tool = Tool.objects.select_for_update(no_key=True).get(pk=tool.pk)
-        before = {name: getattr(tool, name) for name in changes}
+        obj = type(obj).objects.select_for_update(no_key=True).get(pk=obj.pk)
+        before = {name: getattr(obj, name) for name in changes}
         for name, value in changes.items():
-            setattr(tool, name, value)
-        tool.save(update_fields=list(changes))
-        audit(
-            actor=actor,
-            verb=Verb.TOOL_UPDATE,
-            obj=tool,
-            before=before,
-            after=changes,
-            reason=reason,
-        )
-    return tool
+            setattr(obj, name, value)
+        obj.save(update_fields=list(changes))
+        audit(actor=actor, verb=verb, obj=obj, before=before, after=changes, **audited)
+    return obj
 
 
 def tool_declare(
@@ -441,21 +451,7 @@ def tenant_settings_update(tenant: Tenant, *, actor: Actor, **changes) -> Tenant
     actor.require(Role.ADMIN)
     if unknown := set(changes) - TENANT_SETTINGS:
         raise ValidationFailed("Not a setting.", {name: ["Unknown setting."] for name in unknown})
-    with transaction.atomic():
-        tenant = Tenant.objects.select_for_update(no_key=True).get(pk=tenant.pk)
-        before = {name: getattr(tenant, name) for name in changes}
-        for name, value in changes.items():
-            setattr(tenant, name, value)
-        tenant.save(update_fields=list(changes))
-        audit(
-            actor=actor,
-            verb=Verb.TENANT_SETTINGS,
-            obj=tenant,
-            tenant=tenant,
-            before=before,
-            after=changes,
-        )
-    return tenant
+    return _settings_change(tenant, changes, actor=actor, verb=Verb.TENANT_SETTINGS, tenant=tenant)
 
 
 def operator_set_time_zone(user, *, time_zone: str) -> str:

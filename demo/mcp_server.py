@@ -112,54 +112,62 @@ store = Store()
 _cut_this_request: contextvars.ContextVar[list | None] = contextvars.ContextVar("cut", default=None)
 
 S = {"type": "string", "minLength": 1}
+
+
+def _tool(name, description, properties, required, *, closed=False, **hints) -> types.Tool:
+    """A tool of this server: its arguments (`closed`: no others) and its behaviour hints."""
+    schema = {"type": "object", "properties": properties, "required": required}
+    if closed:
+        schema["additionalProperties"] = False
+    return types.Tool(
+        name=name,
+        description=description,
+        input_schema=schema,
+        annotations=types.ToolAnnotations(**hints),
+    )
+
+
 TOOLS = [
-    types.Tool(
-        name="update_ticket",
-        description="Set a ticket's status (and a note).",
-        input_schema={
-            "type": "object",
-            "properties": {"ticket_id": S, "status": S, "note": {"type": "string"}},
-            "required": ["ticket_id", "status"],
-            "additionalProperties": False,
-        },
-        annotations=types.ToolAnnotations(
-            read_only_hint=False, destructive_hint=True, idempotent_hint=False
-        ),
+    _tool(
+        "update_ticket",
+        "Set a ticket's status (and a note).",
+        {"ticket_id": S, "status": S, "note": {"type": "string"}},
+        ["ticket_id", "status"],
+        closed=True,
+        read_only_hint=False,
+        destructive_hint=True,
+        idempotent_hint=False,
     ),
-    types.Tool(
-        name="get_ticket",
-        description="Read a ticket: its state and version.",
-        input_schema={
-            "type": "object",
-            "properties": {"ticket_id": S},
-            "required": ["ticket_id"],
-        },
-        annotations=types.ToolAnnotations(read_only_hint=True),
+    _tool(
+        "get_ticket",
+        "Read a ticket: its state and version.",
+        {"ticket_id": S},
+        ["ticket_id"],
+        read_only_hint=True,
     ),
-    types.Tool(
-        name="send_email",
-        description="Send an e-mail (at most once per idempotency key).",
-        input_schema={
-            "type": "object",
-            "properties": {"to": S, "subject": S, "body": {"type": "string"}},
-            "required": ["to", "subject"],
-            "additionalProperties": False,
-        },
-        annotations=types.ToolAnnotations(
-            read_only_hint=False, destructive_hint=False, idempotent_hint=True
-        ),
+    _tool(
+        "send_email",
+        "Send an e-mail (at most once per idempotency key).",
+        {"to": S, "subject": S, "body": {"type": "string"}},
+        ["to", "subject"],
+        closed=True,
+        read_only_hint=False,
+        destructive_hint=False,
+        idempotent_hint=True,
     ),
-    types.Tool(
-        name="find_effect",
-        description="Whether an idempotency key was applied, and with what result.",
-        input_schema={"type": "object", "properties": {"key": S}, "required": ["key"]},
-        annotations=types.ToolAnnotations(read_only_hint=True),
+    _tool(
+        "find_effect",
+        "Whether an idempotency key was applied, and with what result.",
+        {"key": S},
+        ["key"],
+        read_only_hint=True,
     ),
-    types.Tool(
-        name="search_tickets",
-        description="The ids of the tickets with a status.",
-        input_schema={"type": "object", "properties": {"status": S}, "required": ["status"]},
-        annotations=types.ToolAnnotations(read_only_hint=True),
+    _tool(
+        "search_tickets",
+        "The ids of the tickets with a status.",
+        {"status": S},
+        ["status"],
+        read_only_hint=True,
     ),
 ]
 

@@ -177,29 +177,20 @@ def emit(
     for channel in channels:
         if channel.kind == ChannelKind.EMAIL:
             to = recipients if recipients is not None else email_recipients(tenant, kind)
-            rows += [
-                NotificationDelivery(
-                    tenant=tenant,
-                    event_id=event_id,
-                    channel=channel,
-                    recipient=address,
-                    attempts_allowed=settings.NOTIFY_MAX_ATTEMPTS,
-                    next_attempt_at=now,
-                    created_at=now,
-                )
-                for address in to
-            ]
         else:
-            rows.append(
-                NotificationDelivery(
-                    tenant=tenant,
-                    event_id=event_id,
-                    channel=channel,
-                    attempts_allowed=settings.NOTIFY_MAX_ATTEMPTS,
-                    next_attempt_at=now,
-                    created_at=now,
-                )
+            to = [""]  # a webhook: one delivery, to the channel itself
+        rows += [
+            NotificationDelivery(
+                tenant=tenant,
+                event_id=event_id,
+                channel=channel,
+                recipient=address,
+                attempts_allowed=settings.NOTIFY_MAX_ATTEMPTS,
+                next_attempt_at=now,
+                created_at=now,
             )
+            for address in to
+        ]
     NotificationDelivery.objects.bulk_create(rows)
     return len(rows)
 

@@ -222,6 +222,12 @@ def _signature(plan: BulkPlan) -> str:
     return digest[:24]
 
 
+def _each(wanted, found: dict, kind: str, plan) -> list[BulkItem]:
+    """An item for each id asked for, in that order: `plan(pk, obj)` for one found in the
+    viewer's tenants, "not found" for the others."""
+    return [plan(pk, found[pk]) if pk in found else _not_found(pk, kind) for pk in wanted]
+
+
 def _not_found(pk, kind) -> BulkItem:
     return BulkItem(str(pk), kind, "", str(pk)[:8], "", SKIP, "Not found (or not in your tenants).")
 
@@ -240,12 +246,8 @@ def _plan_actions(operation, wanted, viewer, outcome, reason, now) -> list[BulkI
         .distinct("action_id")
     ):
         latest[read.action_id] = read
-    items = []
-    for pk in wanted:
-        action = found.get(pk)
-        if action is None:
-            items.append(_not_found(pk, "action"))
-            continue
+
+    def plan(pk, action) -> BulkItem:
         item = BulkItem(
             str(pk),
             "action",
@@ -255,28 +257,27 @@ def _plan_actions(operation, wanted, viewer, outcome, reason, now) -> list[BulkI
             SKIP,
             "",
         )
-        items.append(item)
         actor = viewer.actor_for(action.tenant_id)
         if operation == "acknowledge":
             _plan_acknowledge(item, action, actor)
-            continue
+            return item
         if operation == "recheck":
             if refusal := decisions.check_recheck(action, actor=actor):
                 item.why = str(refusal)
-                continue
+                return item
             item.will = "recheck"
             item.why = (
                 f"Reads the state of {action.target} from {action.tool.name} (side-effect "
                 "free); an unknown settles if the read proves it, a needs-human only records "
                 "what it saw."
             )
-            continue
+            return item
         read = latest.get(pk)
         if refusal := decisions.check_resolve(
             action, outcome=outcome, reason=reason, actor=actor, latest_read=read, now=now
         ):
             item.why = str(refusal)
-            continue
+            return item
         item.read_id = read.pk if read else None
         item.will = f"resolve_{outcome}"
         on = (
@@ -285,7 +286,9 @@ def _plan_actions(operation, wanted, viewer, outcome, reason, now) -> list[BulkI
             else "with no read of the authoritative state (none could be made)"
         )
         item.why = f"Resolves it as {outcome} {on}; the agent waiting on it sees {outcome}."
-    return items
+        return item
+
+    return _each(wanted, found, "action", plan)
 
 
 def _plan_acknowledge(item: BulkItem, action: Action, actor) -> None:
@@ -339,12 +342,8 @@ def _plan_replays(wanted, viewer, *, force, reason) -> list[BulkItem]:
             "pk", "state"
         )
     )
-    items = []
-    for pk in wanted:
-        run = runs.get(pk)
-        if run is None:
-            items.append(_not_found(pk, "run"))
-            continue
+
+    def plan(pk, run) -> BulkItem:
         rows = actions.get(pk, [])
         gateway = {a.tool.name for a in rows if a.state in GATEWAY_CALLED}
         executed = replay.tools_executed(run, gateway)
@@ -375,7 +374,6 @@ def _plan_replays(wanted, viewer, *, force, reason) -> list[BulkItem]:
                     states.get(entry.action_id, "") if entry else "",
                 )
             )
-        items.append(item)
         # As the services decide: a replay the verdict allows needs no force (nor a second
         # admin); otherwise a forced one, through four eyes when the tenant asks for them.
         actor = viewer.actor_for(run.tenant_id)
@@ -406,7 +404,9 @@ def _plan_replays(wanted, viewer, *, force, reason) -> list[BulkItem]:
             item.why = f"Forced, with your reason. {verdict.message}"
         else:
             item.will = "replay"
-    return items
+        return item
+
+    return _each(wanted, runs, "run", plan)
 
 
 def bulk_apply(*, viewer, signature: str, **plan_args) -> tuple[BulkPlan, list]:

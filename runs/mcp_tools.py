@@ -22,13 +22,11 @@ A tool of `kind: "mcp"` keeps in `Tool.mcp`:
   (`tool_declare`, API `POST /tools/{name}/declaration` or the console).
 """
 
-from django.db import transaction
-from django.utils import timezone
-
-from core.audit import Actor, Verb, audit
+from core.audit import Actor
 from core.egress import validate_base_url
-from core.errors import StateConflict, ValidationFailed
+from core.errors import ValidationFailed
 from core.models import Role, Tool, ToolEffect, ToolKind
+from core.services import tool_insert
 
 from .engine.mcp import listing_for
 
@@ -107,39 +105,29 @@ def mcp_tool_register(
     config["input_schema"] = listing.get("inputSchema") or {"type": "object"}
     config["annotations"] = annotations
     config["suggested"] = suggested_effect(annotations)
-    with transaction.atomic():
-        if Tool.objects.filter(tenant=tenant, name=name).exists():
-            raise StateConflict(f"Tool {name!r} already exists in {tenant.slug}.")
-        tool = Tool.objects.create(
-            tenant=tenant,
-            name=name,
-            base_url=base_url,
-            kind=ToolKind.MCP,
-            mcp=config,
-            effect=ToolEffect.UNSAFE,  # until an admin confirms what the hints suggest
-            lookup=config["lookup_tool"] is not None,
-            declared_by=actor.as_dict(),
-            declared_at=timezone.now(),
-            requires_approval=requires_approval,
-            identity_fields=list(identity_fields),
-            timeout_seconds=timeout_seconds,
-        )
-        audit(
-            actor=actor,
-            verb=Verb.TOOL_CREATE,
-            obj=tool,
-            after={
-                "name": name,
-                "kind": ToolKind.MCP,
-                "base_url": base_url,
-                "mcp": {k: config[k] for k in ("tool", "read_tool", "lookup_tool")},
-                "effect": tool.effect,
-                "suggested": config["suggested"],
-                "annotations": annotations,
-                "requires_approval": requires_approval,
-            },
-        )
-    return tool
+    return tool_insert(
+        tenant=tenant,
+        name=name,
+        base_url=base_url,
+        kind=ToolKind.MCP,
+        mcp=config,
+        effect=ToolEffect.UNSAFE,  # until an admin confirms what the hints suggest
+        lookup=config["lookup_tool"] is not None,
+        requires_approval=requires_approval,
+        identity_fields=identity_fields,
+        timeout_seconds=timeout_seconds,
+        actor=actor,
+        after=lambda tool: {
+            "name": name,
+            "kind": ToolKind.MCP,
+            "base_url": base_url,
+            "mcp": {k: config[k] for k in ("tool", "read_tool", "lookup_tool")},
+            "effect": tool.effect,
+            "suggested": config["suggested"],
+            "annotations": annotations,
+            "requires_approval": requires_approval,
+        },
+    )
 
 
 def register_listed(

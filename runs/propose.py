@@ -239,15 +239,7 @@ def _propose_queued(
         action_id=action_id,
     )
     action = _new_action(
-        action_id,
-        run=run,
-        key=entry.key,
-        fingerprint=entry.fingerprint,
-        entry=entry,
-        state=ActionState.QUEUED,
-        approval_id=None,
-        reason=reason,
-        **binding,
+        action_id, run=run, approval_id=None, reason=reason, entry=entry, **binding
     )
     reserved, proposed = _proposal_events(entry, action, actor=actor)
     params["action_row"] = rows.record(action)
@@ -269,17 +261,13 @@ def _propose_queued(
 def _read_action_create(
     *,
     run,
-    principal,
-    tool,
-    target,
-    desired_state,
-    expected_version,
     fingerprint,
     key: str | None,
     approval_id,
     reason: str,
     actor: Actor,
     wake: bool = True,
+    **binding,
 ) -> Action:
     """A read_only tool's action: no approval and no ledger key space.
 
@@ -290,30 +278,15 @@ def _read_action_create(
     Idempotency-Key. An `approval_id` the runtime presents anyway is still checked, and
     consumed at claim, as for any action.
     """
-    binding = {
-        "principal": principal,
-        "tool": tool,
-        "target": target,
-        "desired_state": desired_state,
-        "expected_version": expected_version,
-    }
     action_id = uuid.uuid4()
-    state, block_reason = ActionState.QUEUED, ""
-    if approval_id is not None:
-        approval = Approval.objects.filter(pk=approval_id, tenant=run.tenant).first()
-        if problem := approval_problem(approval, **binding):
-            state, block_reason = ActionState.BLOCKED, problem
     with transaction.atomic():
         action = _new_action(
             action_id,
             run=run,
-            key=key or f"read:{action_id}",
-            fingerprint=fingerprint,
-            entry=None,
-            state=state,
-            block_reason=block_reason,
             approval_id=approval_id,
             reason=reason,
+            key=key or f"read:{action_id}",
+            fingerprint=fingerprint,
             **binding,
         )
         action.save(force_insert=True)
@@ -323,19 +296,29 @@ def _read_action_create(
             obj=action,
             reason=reason,
             after={
-                "state": state,
-                "block_reason": block_reason or None,
+                "state": action.state,
+                "block_reason": action.block_reason or None,
                 "idempotency_key": action.idempotency_key,
                 "approval_id": str(approval_id) if approval_id else None,
                 "effect": ToolEffect.READ_ONLY,
                 "ledger": None,
-                "declaration": tool.declaration,
+                "declaration": binding["tool"].declaration,
                 **origin.as_dict(),
             },
         )
-        if state == ActionState.QUEUED and wake:
+        if action.state == ActionState.QUEUED and wake:
             enqueue_dispatch(action_id=action.pk)
     return action
+
+
+def _presented(run, approval_id, binding: dict) -> tuple[str, str]:
+    """Where a proposal presenting `approval_id` (or none) starts: queued, or blocked with
+    the reason the approval does not fit this intent. A read checks it as a side effect does."""
+    if approval_id is not None:
+        approval = Approval.objects.filter(pk=approval_id, tenant=run.tenant).first()
+        if problem := approval_problem(approval, **binding):
+            return ActionState.BLOCKED, problem
+    return ActionState.QUEUED, ""
 
 
 def _action_of(entry) -> Action:
@@ -363,20 +346,22 @@ def _new_action(
     action_id,
     *,
     run,
-    key,
-    fingerprint,
-    entry,
-    state,
     approval_id,
     reason,
-    principal,
-    tool,
-    target,
-    desired_state,
-    expected_version,
-    block_reason="",
+    entry=None,
+    key=None,
+    fingerprint=None,
+    needs_approval=False,
+    **binding,
 ) -> Action:
-    """The proposal's action, unsaved (`entry`: its ledger entry; None for a read)."""
+    """The proposal's action, unsaved, in the state it starts in (`_presented`; awaiting an
+    approval when it presents none and `needs_approval`). `entry`: its ledger entry, whose
+    key and fingerprint it takes; a read has none and gives its own."""
+    state, block_reason = _presented(run, approval_id, binding)
+    if approval_id is None and needs_approval:
+        state = ActionState.AWAITING_APPROVAL
+    if entry is not None:
+        key, fingerprint = entry.key, entry.fingerprint
     source, client = origin.current()
     return Action(
         origin=source,
@@ -387,18 +372,14 @@ def _new_action(
         idempotency_key=key,
         fingerprint=fingerprint,
         ledger_entry=entry,
-        effect=tool.effect,
+        effect=binding["tool"].effect,
         state=state,
         block_reason=block_reason,
         approval_id=approval_id,
         enqueued_at=timezone.now() if state == ActionState.QUEUED else None,
         request_id=request_id_var.get(),
         reason=reason,
-        principal=principal,
-        tool=tool,
-        target=target,
-        desired_state=desired_state,
-        expected_version=expected_version,
+        **binding,
     )
 
 
@@ -425,47 +406,20 @@ def _proposal_events(entry, action: Action, *, actor: Actor) -> list[AuditEvent]
 
 
 def _create_action(
-    action_id,
-    *,
-    run,
-    entry,
-    principal,
-    tool,
-    target,
-    desired_state,
-    expected_version,
-    approval_id,
-    reason="",
-    actor: Actor,
+    action_id, *, run, entry, approval_id, reason="", actor: Actor, **binding
 ) -> Action:
     """A proposal that presents an approval or needs one, inside the caller's transaction
     (the common one, straight to the queue, is `_propose_queued`)."""
-    binding = {
-        "principal": principal,
-        "tool": tool,
-        "target": target,
-        "desired_state": desired_state,
-        "expected_version": expected_version,
-    }
-    state, block_reason = ActionState.QUEUED, ""
-    if approval_id is not None:
-        approval = Approval.objects.filter(pk=approval_id, tenant=run.tenant).first()
-        if problem := approval_problem(approval, **binding):
-            state, block_reason = ActionState.BLOCKED, problem
-    elif tool.requires_approval:
-        state = ActionState.AWAITING_APPROVAL
     action = _new_action(
         action_id,
         run=run,
-        key=entry.key,
-        fingerprint=entry.fingerprint,
-        entry=entry,
-        state=state,
-        block_reason=block_reason,
         approval_id=approval_id,
         reason=reason,
+        entry=entry,
+        needs_approval=binding["tool"].requires_approval,
         **binding,
     )
+    state = action.state
     action.save(force_insert=True)
     if state == ActionState.AWAITING_APPROVAL:
         request = approval_request_open(

@@ -23,7 +23,6 @@ Known quirks:
   `DATABASE_LISTEN_URL` at PostgreSQL itself (or a session-mode pool).
 """
 
-import logging
 import os
 import threading
 from collections import defaultdict
@@ -31,9 +30,7 @@ from collections import defaultdict
 from django.conf import settings
 from django.db import connection
 
-from .wakeup import listen_conninfo
-
-logger = logging.getLogger(__name__)
+from .wakeup import listen
 
 CHANNEL = "takeover_action_settled"
 
@@ -122,28 +119,18 @@ class Waiters:
         ready.wait(5)
 
     def _listen(self, ready: threading.Event) -> None:
-        import psycopg
+        def connected() -> None:
+            ready.set()
+            self.wake_all()  # whatever settled while we were away: re-read
 
-        backoff = 0.5
-        while not self.stopping.is_set():
-            try:
-                with psycopg.connect(listen_conninfo(), autocommit=True) as conn:
-                    conn.execute(f"LISTEN {CHANNEL}")
-                    ready.set()
-                    self.wake_all()  # whatever settled while we were away: re-read
-                    backoff = 0.5
-                    while not self.stopping.is_set():
-                        # A short timeout only so that `stop()` is heard within a second.
-                        for note in conn.notifies(timeout=1.0):
-                            self.wake(note.payload)
-            except Exception:  # a listener must outlive database restarts
-                if self.stopping.is_set():
-                    break
-                logger.warning("wait listener lost its connection; reconnecting", exc_info=True)
-                ready.set()
-                self.wake_all()
-                self.stopping.wait(backoff)
-                backoff = min(backoff * 2, 10)
+        listen(
+            CHANNEL,
+            self.stopping,
+            heard=self.wake,
+            connected=connected,
+            lost=connected,
+            what="wait",
+        )
 
     def stop(self) -> None:
         """End the listener and close its connection (before a test database is dropped)."""

@@ -73,6 +73,34 @@ def listen_conninfo() -> str:
     return make_conninfo(**{k: v for k, v in params.items() if k in keep and v})
 
 
+def listen(channel: str, stopping, *, heard, connected, what: str, lost=None) -> None:
+    """LISTEN on `channel` until `stopping` is set, on a connection of its own that is
+    opened again whenever it is lost (a listener must outlive database restarts):
+    `connected()` each time LISTEN is in place (what was sent before was not heard),
+    `heard(payload)` for each notification, `lost()` when the connection is."""
+    import psycopg
+
+    backoff = 0.5
+    while not stopping.is_set():
+        try:
+            with psycopg.connect(listen_conninfo(), autocommit=True) as conn:
+                conn.execute(f"LISTEN {channel}")
+                connected()
+                backoff = 0.5
+                while not stopping.is_set():
+                    # A short timeout only so that `stop()` is heard within a second.
+                    for note in conn.notifies(timeout=1.0):
+                        heard(note.payload)
+        except Exception:
+            if stopping.is_set():
+                break
+            logger.warning("%s listener lost its connection; reconnecting", what, exc_info=True)
+            if lost is not None:
+                lost()
+            stopping.wait(backoff)
+            backoff = min(backoff * 2, 10)
+
+
 def wake_workers(*, force: bool = False, notify: bool = True) -> bool:
     """Send one wake-up unless one is already pending (always, with `force`); and, unless
     the caller already did (`notify=False`), tell the listening workers.

@@ -30,6 +30,11 @@ class Step:
     approval_id: str | None = None
     prefix: str = "tickets"
 
+    @classmethod
+    def keyed(cls, trigger: str, tool: str, target: str, stable: dict, **options) -> Step:
+        """A step under its stable key (`key_for`): the same on every delivery and replay."""
+        return cls(tool, target, key_for(trigger, tool, target), stable, **options)
+
     def desired_state(self) -> dict:
         return {**self.stable, **(self.generate() if self.generate else {})}
 
@@ -92,13 +97,16 @@ def plan(config: dict) -> list[Step]:
     scenario = config.get("scenario")
     event = config.get("event", {})
     rng = random.Random(event.get("id") or config.get("campaign", {}).get("id"))
+
+    def step(tool: str, target: str, stable: dict, **options) -> Step:
+        return Step.keyed(event["id"], tool, target, stable, **options)
+
     if scenario == "ticket_triage":
         ticket = event["ticket"]
         return [
-            Step(
+            step(
                 "update_ticket",
                 ticket,
-                key_for(event["id"], "update_ticket", ticket),
                 {
                     "status": "open",
                     "priority": rng.choice(["low", "normal", "high"]),
@@ -106,37 +114,20 @@ def plan(config: dict) -> list[Step]:
                 },
             ),
             # A read: declared read_only, so no approval and no ledger key (sent anyway).
-            Step(
-                "search_tickets",
-                "open",
-                key_for(event["id"], "search_tickets", "open"),
-                {"status": "open"},
-                prefix="search",
-            ),
+            step("search_tickets", "open", {"status": "open"}, prefix="search"),
         ]
     if scenario == "escalation":
         return [
-            Step(
-                "update_ticket",
-                ticket,
-                key_for(event["id"], "update_ticket", ticket),
-                {"priority": "urgent", "assignee": "tier2"},
-            )
+            step("update_ticket", ticket, {"priority": "urgent", "assignee": "tier2"})
             for ticket in event["tickets"]
         ]
     if scenario == "resolve":
         ticket = event["ticket"]
         return [
-            Step(
-                "update_ticket",
-                ticket,
-                key_for(event["id"], "update_ticket", ticket),
-                {"status": "solved"},
-            ),
-            Step(
+            step("update_ticket", ticket, {"status": "solved"}),
+            step(
                 "close_ticket",
                 ticket,
-                key_for(event["id"], "close_ticket", ticket),
                 {"status": "closed"},
                 generate=resolution_note,
                 approval_id=event.get("approval_id"),
@@ -145,10 +136,9 @@ def plan(config: dict) -> list[Step]:
     if scenario == "guarded_update":
         ticket = event["ticket"]
         return [
-            Step(
+            step(
                 "update_ticket",
                 ticket,
-                key_for(event["id"], "update_ticket", ticket),
                 {"status": "escalated", "priority": "urgent"},
                 expected_version_from_read=True,
             )
@@ -156,10 +146,10 @@ def plan(config: dict) -> list[Step]:
     if scenario == "campaign":
         campaign = config["campaign"]
         return [
-            Step(
+            Step.keyed(
+                campaign["id"],
                 "send_email",
                 recipient,
-                key_for(campaign["id"], "send_email", recipient),
                 {"campaign": campaign["id"]},
                 generate=lambda r=recipient: email_text(campaign, r),
                 prefix="email",
@@ -168,14 +158,7 @@ def plan(config: dict) -> list[Step]:
         ]
     if scenario == "weekly_report":
         ticket = event["ticket"]
-        return [
-            Step(
-                "update_ticket",
-                ticket,
-                key_for(event["id"], "update_ticket", ticket),
-                {"status": "open", "label": "weekly-report"},
-            )
-        ]
+        return [step("update_ticket", ticket, {"status": "open", "label": "weekly-report"})]
     return []
 
 

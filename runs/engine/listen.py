@@ -19,12 +19,13 @@ a listener can miss (reconnecting, or not running). On reconnect the drainer dra
 for whatever was proposed meanwhile.
 """
 
+import functools
 import logging
 import threading
 
 from django.db import close_old_connections, connection
 
-from ..wakeup import QUEUED, WORK_CHANNEL, listen_conninfo
+from ..wakeup import QUEUED, WORK_CHANNEL, listen
 
 logger = logging.getLogger(__name__)
 
@@ -55,25 +56,9 @@ class WorkListener:
         self.threads = []
 
     def _listen(self) -> None:
-        import psycopg
-
-        backoff = 0.5
-        while not self.stopping.is_set():
-            try:
-                with psycopg.connect(listen_conninfo(), autocommit=True) as conn:
-                    conn.execute(f"LISTEN {WORK_CHANNEL}")
-                    self._hear("")  # whatever was proposed while we were away
-                    backoff = 0.5
-                    while not self.stopping.is_set():
-                        # A short timeout only so that `stop()` is heard within a second.
-                        for note in conn.notifies(timeout=1.0):
-                            self._hear(note.payload)
-            except Exception:  # a listener must outlive database restarts
-                if self.stopping.is_set():
-                    break
-                logger.warning("work listener lost its connection; reconnecting", exc_info=True)
-                self.stopping.wait(backoff)
-                backoff = min(backoff * 2, 10)
+        # On each connection, drain once: whatever was proposed while we were away.
+        connected = functools.partial(self._hear, "")
+        listen(WORK_CHANNEL, self.stopping, heard=self._hear, connected=connected, what="work")
 
     def _hear(self, payload: str) -> None:
         kind, _, action_id = payload.partition(" ")

@@ -68,21 +68,12 @@ class Command(BaseCommand):
     def handle(self, *args, **opts):
         if opts["inner"]:
             return self.inner(**opts)
-        name = f"{connection.settings_dict['NAME']}_e2e"
-        url = recreate_database(name)
-        env = {**os.environ, "DATABASE_URL": url}
-        self.stdout.write(f"-- bench database {name}: migrating")
-        subprocess.run(
-            [sys.executable, "manage.py", "migrate", "--no-input", "-v", "0"],
-            env=env,
-            check=True,
-        )
-        argv = [sys.executable, "manage.py", "bench", "--inner"]
+        argv = []
         for option in ("effects", "hits", "reconcile", "clients", "workers", "pgbench_seconds"):
             argv += [f"--{option.replace('_', '-')}", str(opts[option])]
         if opts["skip_anchor"]:
             argv.append("--skip-anchor")
-        subprocess.run(argv, env=env, check=True)
+        in_own_database("bench", "e2e", argv, say=self.stdout.write).check_returncode()
         if not opts["skip_queue"]:
             self.stdout.write("\n-- the queue page (bench_queue)")
             call_command("bench_queue", stdout=self.stdout)
@@ -243,6 +234,22 @@ def recreate_database(name: str) -> str:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
     return admin_conninfo(name)
+
+
+def in_own_database(
+    command: str, suffix: str, argv: list[str], *, say=None
+) -> subprocess.CompletedProcess:
+    """Run `manage.py <command> --inner <argv>` on a fresh, migrated database of its own
+    (`<your database>_<suffix>`); `say` is told when it migrates."""
+    name = f"{connection.settings_dict['NAME']}_{suffix}"
+    url = recreate_database(name)
+    env = {**os.environ, "DATABASE_URL": url}
+    if say is not None:
+        say(f"-- {command} database {name}: migrating")
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--no-input", "-v", "0"], env=env, check=True
+    )
+    return subprocess.run([sys.executable, "manage.py", command, "--inner", *argv], env=env)
 
 
 def pgbench_binary() -> str:

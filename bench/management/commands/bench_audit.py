@@ -19,13 +19,13 @@ import time
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
-from django.db import connection, connections, transaction
+from django.db import connection, connections
 from django.test import Client
 
 from core.models import AuditEvent, Membership, Role, Tenant
 from core.selectors import audit_events
 
-from .bench_queue import database_url
+from .bench_queue import database_url, filled_tenant
 
 BENCH_ADMIN = "bench-audit-admin"
 OBJECTS_PER_EVENT = 5
@@ -131,21 +131,18 @@ class Command(BaseCommand):
             return cursor.fetchone()[0]
 
     def tenant(self, n_events: int, user) -> Tenant:
-        slug = f"bench-audit-{n_events}"
-        tenant = Tenant.objects.filter(slug=slug).first()
-        if tenant is not None:
-            return tenant  # loaded in one transaction: present means complete
-        self.stdout.write(f"Loading {n_events:,} audit events into {slug} …")
-        started = time.monotonic()
-        with transaction.atomic():
-            tenant = Tenant.objects.create(slug=slug, name=slug)
-            Membership.objects.create(user=user, tenant=tenant, role=Role.ADMIN)
+        def fill(tenant):
             with connection.cursor() as cursor:
                 cursor.execute(LOAD, {"tenant": tenant.pk, "n": n_events})
-        with connection.cursor() as cursor:
-            cursor.execute("ANALYZE core_auditevent")
-        self.stdout.write(f"  loaded in {time.monotonic() - started:.1f} s")
-        return tenant
+
+        def analyze():
+            with connection.cursor() as cursor:
+                cursor.execute("ANALYZE core_auditevent")
+
+        slug, what = f"bench-audit-{n_events}", f"{n_events:,} audit events"
+        return filled_tenant(
+            slug, user, Role.ADMIN, what, fill, say=self.stdout.write, then=analyze
+        )
 
     def small_tenant(self, user) -> Tenant:
         tenant, created = Tenant.objects.get_or_create(slug="bench-audit-empty", name="empty")

@@ -12,13 +12,15 @@ each and what Takeover adds; the aim is p99 added ≤ 15 ms. (bench/mcp.py)
 
 import logging
 import os
+import sys
 
 from django.core.management.base import BaseCommand
 
 from bench import mcp
 from bench.loadgen import cpu_seconds
 
-from .soak_mcp import in_own_database, mcp_stack, register
+from .bench import in_own_database
+from .soak_mcp import mcp_stack, register
 
 
 class Command(BaseCommand):
@@ -32,11 +34,8 @@ class Command(BaseCommand):
     def handle(self, *args, **opts):
         if not opts["inner"]:
             self.stdout.write("-- MCP overhead: a database of its own, migrating")
-            in_own_database(
-                "bench_mcp",
-                "bench_mcp",
-                ["--calls", str(opts["calls"]), "--clients", str(opts["clients"])],
-            )
+            argv = ["--calls", str(opts["calls"]), "--clients", str(opts["clients"])]
+            sys.exit(in_own_database("bench_mcp", "bench_mcp", argv).returncode)
         self.inner(**opts)
 
     def inner(self, **opts):

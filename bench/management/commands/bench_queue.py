@@ -101,6 +101,25 @@ WHERE tenant_id = %(tenant)s AND state = 'needs_human' AND acknowledged_at IS NU
 """
 
 
+def filled_tenant(slug, user, role, what, fill, *, say, then=None) -> Tenant:
+    """The bench's tenant `slug`, made with `user` in `role` and filled (`fill(tenant)`) in
+    one transaction the first time, so that present means complete; `then()` after the
+    commit (an ANALYZE), inside the time said."""
+    tenant = Tenant.objects.filter(slug=slug).first()
+    if tenant is not None:
+        return tenant
+    say(f"Loading {what} into {slug} …")
+    started = time.monotonic()
+    with transaction.atomic():
+        tenant = Tenant.objects.create(slug=slug, name=slug)
+        Membership.objects.create(user=user, tenant=tenant, role=role)
+        fill(tenant)
+    if then is not None:
+        then()
+    say(f"  loaded in {time.monotonic() - started:.1f} s")
+    return tenant
+
+
 class Command(BaseCommand):
     help = "Time the console's queue page with 100,000 actions (10,000 open) in a bench database."
 
@@ -220,14 +239,7 @@ class Command(BaseCommand):
         return user
 
     def tenant(self, slug, n_actions, n_open, user) -> Tenant:
-        tenant = Tenant.objects.filter(slug=slug).first()
-        if tenant is not None:
-            return tenant  # filled in one transaction: present means complete
-        self.stdout.write(f"Loading {n_actions:,} actions ({n_open:,} open) into {slug} …")
-        started = time.monotonic()
-        with transaction.atomic():
-            tenant = Tenant.objects.create(slug=slug, name=slug)
-            Membership.objects.create(user=user, tenant=tenant, role=Role.ONCALL)
+        def fill(tenant):
             principal = Principal.objects.create(tenant=tenant, name="bench-agent")
             tools = [
                 Tool.objects.create(
@@ -246,8 +258,9 @@ class Command(BaseCommand):
                 for _ in range(max(n_actions // 1000, 1))
             )
             self.load_actions(tenant, principal, tools, runs, n_actions, n_open)
-        self.stdout.write(f"  loaded in {time.monotonic() - started:.1f} s")
-        return tenant
+
+        what = f"{n_actions:,} actions ({n_open:,} open)"
+        return filled_tenant(slug, user, Role.ONCALL, what, fill, say=self.stdout.write)
 
     def load_actions(self, tenant, principal, tools, runs, n_actions, n_open):
         """Set-based: one INSERT … SELECT generate_series per table and chunk of a million

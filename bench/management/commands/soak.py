@@ -24,16 +24,13 @@ resend that the declaration allowed is counted apart, not as a re-dispatch after
 It exits 1 if any invariant is broken.
 """
 
-import os
-import subprocess
 import sys
 
 from django.core.management.base import BaseCommand
-from django.db import connection
 
 from bench import loadgen, soak
 
-from .bench import recreate_database
+from .bench import in_own_database
 
 
 class Command(BaseCommand):
@@ -58,21 +55,14 @@ class Command(BaseCommand):
     def handle(self, *args, **opts):
         if opts["inner"]:
             return self.inner(**opts)
-        name = f"{connection.settings_dict['NAME']}_soak"
-        url = recreate_database(name)
-        env = {**os.environ, "DATABASE_URL": url}
-        self.stdout.write(f"-- soak database {name}: migrating")
-        subprocess.run(
-            [sys.executable, "manage.py", "migrate", "--no-input", "-v", "0"], env=env, check=True
-        )
-        argv = [sys.executable, "manage.py", "soak", "--inner"]
+        argv = []
         for option in ("actions", "kill_every", "refuse_every", "workers", "settle"):
             argv += [f"--{option.replace('_', '-')}", str(opts[option])]
         argv += ["--prefix", opts["prefix"], "--effect", opts["effect"]]
         for flag in ("no_faults", "lookup"):
             if opts[flag]:
                 argv.append(f"--{flag.replace('_', '-')}")
-        sys.exit(subprocess.run(argv, env=env).returncode)
+        sys.exit(in_own_database("soak", "soak", argv, say=self.stdout.write).returncode)
 
     def inner(self, **opts):
         import logging

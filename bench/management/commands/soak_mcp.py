@@ -11,8 +11,6 @@ action succeeded by reconciliation (a matching read) or handed to a person, none
 (bench/mcp.py)
 """
 
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -23,7 +21,7 @@ from django.db import connection
 from bench import mcp
 from bench.loadgen import Stack
 
-from .bench import recreate_database
+from .bench import in_own_database
 from .bench_queue import database_url
 
 
@@ -62,18 +60,6 @@ def register(tenant, name, upstream_url, upstream_tool, target_argument, **optio
     )
 
 
-def in_own_database(command: str, suffix: str, argv: list[str]) -> None:
-    """Run `manage.py <command> --inner <argv>` on a fresh, migrated database."""
-    name = f"{connection.settings_dict['NAME']}_{suffix}"
-    url = recreate_database(name)
-    env = {**os.environ, "DATABASE_URL": url}
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--no-input", "-v", "0"], env=env, check=True
-    )
-    code = subprocess.run([sys.executable, "manage.py", command, "--inner", *argv], env=env)
-    sys.exit(code.returncode)
-
-
 class Command(BaseCommand):
     help = "MCP cut-stream soak: N calls, each cut after commit; prints effects and settlement."
 
@@ -95,7 +81,8 @@ class Command(BaseCommand):
             self.stdout.write("-- soak database: migrating")
             argv = ["--calls", str(opts["calls"]), "--clients", str(opts["clients"])]
             argv += ["--client-cut", str(opts["client_cut"])]
-            in_own_database("soak_mcp", "soak_mcp", [*argv, "--settle", str(opts["settle"])])
+            argv += ["--settle", str(opts["settle"])]
+            sys.exit(in_own_database("soak_mcp", "soak_mcp", argv).returncode)
         self.inner(**opts)
 
     def inner(self, **opts):

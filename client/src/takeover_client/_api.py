@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -49,6 +51,57 @@ def _result(returns: dict[int, type[Model] | None], data: Any, status: int) -> A
     return cls.from_dict(data)
 
 
+def operation(
+    method: str,
+    path: str,
+    *,
+    returns: dict[int, type[Model] | None],
+    headers: tuple[str, ...] = (),
+    files: tuple[str, ...] = (),
+    wire: dict[str, str] | None = None,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """One operation of the API as a typed method. The decorated function only declares the
+    arguments: path parameters positional, the rest keyword-only (UNSET ones are not sent),
+    which a GET sends as the query and any other method as the body, but for those named in
+    `headers` and `files`; `wire` spells the names the API spells otherwise. The method
+    answers `self._call(...)`: the model, or an awaitable of it on `AsyncBase`."""
+    wire = wire or {}
+    where = "query" if method == "GET" else "body"
+
+    def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
+        parameters = inspect.signature(function).parameters
+        groups: dict[str, list[str]] = {"path": [], "query": [], "body": []}
+        for name, parameter in parameters.items():
+            if name == "self" or name in headers or name in files:
+                continue
+            positional = parameter.kind is parameter.POSITIONAL_OR_KEYWORD
+            groups["path" if positional else where].append(name)
+        signature = inspect.signature(function)
+
+        @functools.wraps(function)
+        def call(self, *args, **kwargs):
+            given = signature.bind(self, *args, **kwargs)
+            given.apply_defaults()
+
+            def named(names) -> dict[str, Any]:
+                return {wire.get(name, name): given.arguments[name] for name in names}
+
+            return self._call(
+                method,
+                path,
+                named(groups["path"]),
+                query=named(groups["query"]),
+                headers=named(headers),
+                body=named(groups["body"]) if groups["body"] else None,
+                files=named(files) if files else None,
+                returns=returns,
+            )
+
+        return call
+
+    return decorate
+
+
 class SyncBase:
     def __init__(self, client: Any) -> None:
         self._client = client
@@ -65,17 +118,27 @@ class SyncBase:
 
 
 def _every(operation, limit, params) -> Iterator[Any]:
-    cursor, count = Unset(), 0
-    while True:
-        page = operation(cursor=cursor, **params)
-        for item in page.results:
-            yield item
-            count += 1
-            if limit is not None and count >= limit:
-                return
-        if not page.next:
-            return
-        cursor = page.next
+    walk = _Walk(limit)
+    while walk.cursor is not None:
+        yield from walk.items(operation(cursor=walk.cursor, **params))
+
+
+class _Walk:
+    """Where `every` stands in a list: the cursor to ask for next (None: done) and how many
+    items are still wanted. (A `limit` of 0 or less still yields one item, as it always has.)"""
+
+    def __init__(self, limit: int | None) -> None:
+        self.cursor: Any = Unset()
+        self.left = limit
+
+    def items(self, page: Any) -> list[Any]:
+        items = page.results
+        if self.left is not None:
+            items = items[: max(self.left, 1)]
+            self.left -= len(items)
+        done = not page.next or (self.left is not None and self.left <= 0 and bool(items))
+        self.cursor = None if done else page.next
+        return items
 
 
 class AsyncBase:
@@ -91,14 +154,7 @@ class AsyncBase:
         self, operation: Callable[..., Any], /, *, limit: int | None = None, **params
     ) -> AsyncIterator[Any]:
         """`SyncBase.every`, as an async iterator."""
-        cursor, count = Unset(), 0
-        while True:
-            page = await operation(cursor=cursor, **params)
-            for item in page.results:
+        walk = _Walk(limit)
+        while walk.cursor is not None:
+            for item in walk.items(await operation(cursor=walk.cursor, **params)):
                 yield item
-                count += 1
-                if limit is not None and count >= limit:
-                    return
-            if not page.next:
-                return
-            cursor = page.next

@@ -58,6 +58,15 @@ class Model:
         return copy.deepcopy(self._json)
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Page(Model):
+    """One page of a list operation; each list's page names the type of its `results`."""
+
+    results: list[Any]
+    next: str | None
+    """Pass as `cursor` for the next page; null at the end."""
+
+
 @functools.cache
 def _hints(cls: type) -> dict[str, Any]:
     import sys

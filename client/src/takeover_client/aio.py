@@ -6,55 +6,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
 import httpx
 
-from . import _core
-from ._model import UNSET
+from . import _core, _shared
 from .api import AsyncApi
-from .client import DEFAULT_HEARTBEAT_EVERY, DEFAULT_RETRY_FOR, DEFAULT_TIMEOUT
 from .errors import ApiError, RunNotRunning, TakeoverError
-from .keys import idempotency_key
-from .models import ActionOut, MeOut, RunDetailOut
+from .models import MeOut, RunDetailOut
 
 logger = logging.getLogger("takeover_client")
 
 
-class AsyncTakeover:
+class AsyncTakeover(_shared.ClientBase):
     """`Takeover`, with `await`. Use as `async with AsyncTakeover(url, token) as client:`;
     `client.api` is every operation, `await client.api.queue_list(...)`."""
 
-    def __init__(
-        self,
-        url: str,
-        token: str,
-        *,
-        tenant: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
-        retry_for: float = DEFAULT_RETRY_FOR,
-        heartbeat_every: float = DEFAULT_HEARTBEAT_EVERY,
-        transport: httpx.AsyncBaseTransport | None = None,
-        on_retry: Callable[[_core.RetryEvent], Any] | None = None,
-    ) -> None:
-        headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
-        if tenant:
-            headers["X-Takeover-Tenant"] = tenant
-        self.url = _core.base_url(url)
-        self.retry_for = retry_for
-        self.heartbeat_every = heartbeat_every
-        self.on_retry = on_retry
-        self.api = AsyncApi(self)
-        self._http = httpx.AsyncClient(
-            base_url=self.url + _core.API_PREFIX,
-            headers=headers,
-            timeout=timeout,
-            transport=transport,
-            trust_env=False,
-        )
+    _http_class = httpx.AsyncClient
+    _api_class = AsyncApi
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -65,42 +35,18 @@ class AsyncTakeover:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        retry_for: float | None = None,
-        timeout: float | None = None,
-        with_response: bool = False,
-        **kwargs: Any,
-    ) -> Any:
-        clock = _core.RetryClock(self.retry_for if retry_for is None else retry_for)
-        if timeout is not None:
-            kwargs["timeout"] = timeout
+    async def request(self, method: str, path: str, **options: Any) -> Any:
+        """`Takeover.request`, awaited (the same options)."""
+        call = _shared.Call(self, method, path, options)
         while True:
-            hint = None
             try:
-                response = await self._http.request(method, path, **kwargs)
+                response = await self._http.request(method, path, **call.kwargs)
             except httpx.TransportError as exc:
-                if not _core.is_safe_to_retry(exc, method):
-                    raise _core.unavailable(method, path, type(exc).__name__, None) from exc
-                last = type(exc).__name__
+                call.failed(exc)
             else:
-                if response.status_code != 503:
-                    data = _core.parse(response)
-                    return (data, response) if with_response else data
-                hint = _core.retry_after(response)
-                if hint is None:
-                    return _core.parse(response)
-                last = f"503, Retry-After {hint:g}"
-            delay = clock.next_delay(hint)
-            if delay is None:
-                raise _core.unavailable(method, path, last, hint)
-            elapsed = time.monotonic() - clock.started
-            event = _core.RetryEvent(method, path, last, delay, clock.attempt, elapsed)
-            _core.note_retry(event, self.on_retry, self.url + _core.API_PREFIX)
-            await asyncio.sleep(delay)
+                if call.final(response):
+                    return call.answer(response)
+            await asyncio.sleep(call.pause())
 
     async def start_run(
         self,
@@ -111,16 +57,8 @@ class AsyncTakeover:
         session_id: str | None = None,
         event_id: str | None = None,
     ) -> AsyncRun:
-        config = dict(config or {})
-        if event_id is not None:
-            config["event_id"] = event_id
-        data = await self.api.runs_start(
-            trigger=trigger,
-            config=config,
-            session_id=session_id or UNSET,
-            input_file=_core.input_file(input_file),
-        )
-        return AsyncRun(self, data)
+        arguments = _shared.start_arguments(trigger, config, input_file, session_id, event_id)
+        return AsyncRun(self, await self.api.runs_start(**arguments))
 
     async def claim(self) -> AsyncRun | None:
         data = await self.api.runs_claim()
@@ -136,33 +74,9 @@ class AsyncTakeover:
         return await self.api.me()
 
 
-class AsyncRun:
+class AsyncRun(_shared.RunBase):
     """`Run`, with `await`; `async with run:` heartbeats and finishes it, `async with
     run.attach():` heartbeats and leaves it running (an agent that may pause)."""
-
-    def __init__(self, client: AsyncTakeover, data: RunDetailOut) -> None:
-        self.client = client
-        self.data = data
-        self._proposals: list[AsyncOutcome] = []
-        self._extra_tools: set[str] = set()
-        self._finished = False
-        self._beat: asyncio.Task | None = None
-        self._tokens: list[Any] = []
-        self._finish_on_exit: list[bool] = []
-
-    def __repr__(self) -> str:
-        return f"<AsyncRun {self.id} {self.status}>"
-
-    id = property(lambda self: self.data.id)
-    status = property(lambda self: self.data.status)
-    config = property(lambda self: self.data.config or {})
-    event_id = property(lambda self: self.config.get("event_id"))
-    replay_of = property(lambda self: self.data.replay_of)
-
-    def key(self, tool: str, target: str) -> str:
-        if not self.event_id:
-            raise ValueError("this run has no event_id: start it with start_run(event_id=...)")
-        return idempotency_key(self.event_id, tool, target)
 
     async def propose(
         self,
@@ -175,34 +89,24 @@ class AsyncRun:
         approval_id: str | None = None,
         reason: str | None = None,
     ) -> AsyncOutcome:
-        key = key or self.key(tool, target)
         outcome = AsyncOutcome(self.client, None, tool=tool)
-        self._proposals.append(outcome)
+        arguments = self._proposal(
+            outcome,
+            tool,
+            target,
+            desired_state,
+            key,
+            expected_version=expected_version,
+            approval_id=approval_id,
+            reason=reason,
+        )
         try:
-            answer = await self.client.api.actions_propose(
-                self.id,
-                idempotency_key=key,
-                tool=tool,
-                target=target,
-                desired_state=desired_state,
-                expected_version=expected_version,
-                approval_id=approval_id if approval_id is not None else UNSET,
-                reason=reason if reason is not None else UNSET,
-            )
+            answer = await self.client.api.actions_propose(self.id, **arguments)
         except ApiError:
-            # Refused (400, 404, 409, 422): nothing was created, so nothing was called.
-            self._proposals.remove(outcome)
+            self._proposals.remove(outcome)  # refused: nothing was created, nor called
             raise
         outcome._update(answer)
         return outcome
-
-    def record_tool_call(self, tool: str) -> None:
-        self._extra_tools.add(tool)
-
-    @property
-    def tools_called(self) -> list[str]:
-        seen = [(o.tool, o.state) for o in self._proposals]
-        return sorted(set(_core.tools_called(seen)) | self._extra_tools)
 
     async def heartbeat(self) -> None:
         await self.client.api.runs_heartbeat(self.id)
@@ -215,11 +119,8 @@ class AsyncRun:
         tools_called: list[str] | _core.Default | None = _core.DEFAULT,
     ) -> RunDetailOut:
         await self._stop_heartbeats()
-        if isinstance(tools_called, _core.Default):
-            tools_called = self.tools_called
-        self.data = await self.client.api.runs_finish(
-            self.id, status=status, error_message=error_message, tools_called=tools_called
-        )
+        arguments = self._finish_arguments(status, error_message, tools_called)
+        self.data = await self.client.api.runs_finish(self.id, **arguments)
         self._finished = True
         return self.data
 
@@ -250,64 +151,26 @@ class AsyncRun:
                 await self._beat
             self._beat = None
 
-    def attach(self) -> AsyncRun:
-        self._finish_on_exit.append(False)
-        return self
-
     async def __aenter__(self) -> AsyncRun:
-        if len(self._finish_on_exit) == len(self._tokens):
-            self._finish_on_exit.append(True)
-        self._tokens.append(_core.current_run_var.set(self))
+        self._enter()
         self.start_heartbeats()
         return self
 
     async def __aexit__(self, exc_type, exc, tb) -> None:
-        _core.current_run_var.reset(self._tokens.pop())
-        finish = self._finish_on_exit.pop()
+        finish = self._leave()
         await self._stop_heartbeats()
-        if self._finished or not finish:
+        if not finish:
             return
-        if exc is None:
-            status, message = "success", ""
-        elif isinstance(exc, KeyboardInterrupt | asyncio.CancelledError):
-            status, message = "cancelled", "Cancelled."
-        else:
-            status, message = "error", f"{type(exc).__name__}: {exc}"[:10000]
+        cancelled = (KeyboardInterrupt, asyncio.CancelledError)
+        status, message = _shared.exit_status(exc, cancelled, "Cancelled.")
         try:
             await self.finish(status, message)
-        except RunNotRunning:
-            pass
-        except TakeoverError:
-            if exc is None:
-                raise
-            logger.exception("could not finish run %s as %s", self.id, status)
+        except TakeoverError as error:
+            self._not_finished(error, exc, status)
 
 
-class AsyncOutcome:
+class AsyncOutcome(_shared.OutcomeBase):
     """`Outcome`, with `await outcome.wait(timeout)`."""
-
-    def __init__(self, client: AsyncTakeover, action: ActionOut | None, *, tool: str = "") -> None:
-        self.client = client
-        self.action: ActionOut = action  # type: ignore[assignment] -- None until answered
-        self._tool = tool
-        self.replayed = bool(action and action.replayed)
-        self.content_changed = bool(action and action.content_changed)
-
-    def __repr__(self) -> str:
-        flag = " replayed" if self.replayed else ""
-        return f"<AsyncOutcome {self.action_id} {self.state}{flag}>"
-
-    def _update(self, action: ActionOut, *, proposal: bool = True) -> None:
-        self.action = action
-        if proposal:
-            self.replayed = action.replayed
-            self.content_changed = action.content_changed
-
-    action_id = property(lambda self: self.action.id)
-    id = action_id
-    state = property(lambda self: self.action.state if self.action is not None else None)
-    tool = property(lambda self: self.action.tool if self.action is not None else self._tool)
-    settled = property(lambda self: self.state in _core.SETTLED)
 
     async def refresh(self) -> AsyncOutcome:
         self._update(await self.client.api.actions_retrieve(self.action_id), proposal=False)
@@ -315,33 +178,12 @@ class AsyncOutcome:
 
     async def wait(self, timeout: float = 60.0, *, poll_approval: float = 2.0) -> AsyncOutcome:
         """See `Outcome.wait`."""
-        deadline = time.monotonic() + timeout
-        backoff = 0.1
-        while not self.settled:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise _core.pending(self.action, timeout)
-            if self.state == "awaiting_approval":
-                await asyncio.sleep(min(poll_approval, remaining))
-                await self.refresh()
-                continue
-            hold = round(min(_core.MAX_WAIT_PER_REQUEST, remaining), 1)
-            asked = time.monotonic()
-            before = self.state
-            data, response = await self.client.request(
-                "GET",
-                f"/actions/{self.action_id}",
-                params={"wait": f"{hold:g}"},
-                timeout=hold + 15,
-                retry_for=max(remaining, 0.0),
-                with_response=True,
-            )
-            self._update(ActionOut.from_dict(data), proposal=False)
-            pause = _core.wait_pause(self.state, before, asked, hold, response, backoff)
-            if pause:
-                await asyncio.sleep(min(pause, max(deadline - time.monotonic(), 0)))
-                backoff = min(backoff * 2, 2.0)
-            else:
-                backoff = 0.1
-        _core.check_settled(self.action)
+        steps, answer = self._waiting(timeout, poll_approval), None
+        with contextlib.suppress(StopIteration):  # the action settled
+            while True:
+                step, answer = steps.send(answer), None
+                if isinstance(step, dict):
+                    answer = await self.client.request(**step)
+                else:
+                    await asyncio.sleep(step)
         return self

@@ -2,30 +2,34 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
 import httpx
 
-from . import _core
-from ._model import UNSET
+from . import _core, _shared
+from ._shared import DEFAULT_HEARTBEAT_EVERY, DEFAULT_RETRY_FOR, DEFAULT_TIMEOUT
 from .api import Api
 from .errors import ApiError, RunNotRunning, TakeoverError
-from .keys import idempotency_key
-from .models import ActionOut, MeOut, RunDetailOut
+from .models import MeOut, RunDetailOut
 
 logger = logging.getLogger("takeover_client")
 
-DEFAULT_TIMEOUT = 10.0
-DEFAULT_RETRY_FOR = 30.0
-DEFAULT_HEARTBEAT_EVERY = 60.0
+__all__ = [
+    "DEFAULT_HEARTBEAT_EVERY",
+    "DEFAULT_RETRY_FOR",
+    "DEFAULT_TIMEOUT",
+    "Outcome",
+    "Run",
+    "Takeover",
+]
 
 
-class Takeover:
+class Takeover(_shared.ClientBase):
     """Takeover's HTTP API v1, for an agent runtime (principal token) or an operator.
 
         client = Takeover("http://127.0.0.1:8000", token)
@@ -41,33 +45,8 @@ class Takeover:
     several.
     """
 
-    def __init__(
-        self,
-        url: str,
-        token: str,
-        *,
-        tenant: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
-        retry_for: float = DEFAULT_RETRY_FOR,
-        heartbeat_every: float = DEFAULT_HEARTBEAT_EVERY,
-        transport: httpx.BaseTransport | None = None,
-        on_retry: Callable[[_core.RetryEvent], Any] | None = None,
-    ) -> None:
-        headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
-        if tenant:
-            headers["X-Takeover-Tenant"] = tenant
-        self.url = _core.base_url(url)
-        self.retry_for = retry_for
-        self.heartbeat_every = heartbeat_every
-        self.on_retry = on_retry
-        self.api = Api(self)
-        self._http = httpx.Client(
-            base_url=self.url + _core.API_PREFIX,
-            headers=headers,
-            timeout=timeout,
-            transport=transport,
-            trust_env=False,
-        )
+    _http_class = httpx.Client
+    _api_class = Api
 
     # plumbing
 
@@ -92,32 +71,17 @@ class Takeover:
     ) -> Any:
         """One API call: the parsed JSON (None for a 204), or an `ApiError`. Retries only
         what is safe (see the class docstring); `Unavailable` when the budget runs out."""
-        clock = _core.RetryClock(self.retry_for if retry_for is None else retry_for)
-        if timeout is not None:
-            kwargs["timeout"] = timeout
+        options = {"retry_for": retry_for, "timeout": timeout, "with_response": with_response}
+        call = _shared.Call(self, method, path, {**kwargs, **options})
         while True:
-            hint = None
             try:
-                response = self._http.request(method, path, **kwargs)
+                response = self._http.request(method, path, **call.kwargs)
             except httpx.TransportError as exc:
-                if not _core.is_safe_to_retry(exc, method):
-                    raise _core.unavailable(method, path, type(exc).__name__, None) from exc
-                last = type(exc).__name__
+                call.failed(exc)
             else:
-                if response.status_code != 503:
-                    data = _core.parse(response)
-                    return (data, response) if with_response else data
-                hint = _core.retry_after(response)
-                if hint is None:  # a 503 without Retry-After is not an invitation
-                    return _core.parse(response)
-                last = f"503, Retry-After {hint:g}"
-            delay = clock.next_delay(hint)
-            if delay is None:
-                raise _core.unavailable(method, path, last, hint)
-            elapsed = time.monotonic() - clock.started
-            event = _core.RetryEvent(method, path, last, delay, clock.attempt, elapsed)
-            _core.note_retry(event, self.on_retry, self.url + _core.API_PREFIX)
-            time.sleep(delay)
+                if call.final(response):
+                    return call.answer(response)
+            time.sleep(call.pause())
 
     # the agent runtime
 
@@ -134,16 +98,8 @@ class Takeover:
         there is no replay). `event_id`, the trigger's id, is stored as `config["event_id"]`
         so that a replay of this run derives the same idempotency keys. (A multipart start,
         with `input_file`, is not retried on a 503: the file may be a one-shot stream.)"""
-        config = dict(config or {})
-        if event_id is not None:
-            config["event_id"] = event_id
-        data = self.api.runs_start(
-            trigger=trigger,
-            config=config,
-            session_id=session_id or UNSET,
-            input_file=_core.input_file(input_file),
-        )
-        return Run(self, data)
+        arguments = _shared.start_arguments(trigger, config, input_file, session_id, event_id)
+        return Run(self, self.api.runs_start(**arguments))
 
     def claim(self) -> Run | None:
         """Take the oldest replayed run waiting for this principal, or None."""
@@ -162,7 +118,7 @@ class Takeover:
         return self.api.me()
 
 
-class Run:
+class Run(_shared.RunBase):
     """A run as the server recorded it (`data`, a `RunDetailOut`).
 
     As a context manager (`with run:`) it is the current run, sends heartbeats in the
@@ -173,46 +129,8 @@ class Run:
     """
 
     def __init__(self, client: Takeover, data: RunDetailOut) -> None:
-        self.client = client
-        self.data = data
-        self._proposals: list[Outcome] = []
-        self._extra_tools: set[str] = set()
-        self._finished = False
+        super().__init__(client, data)
         self._stop = threading.Event()
-        self._beat: threading.Thread | None = None
-        self._tokens: list[Any] = []
-        self._finish_on_exit: list[bool] = []
-
-    def __repr__(self) -> str:
-        return f"<Run {self.id} {self.status}>"
-
-    @property
-    def id(self) -> str:
-        return self.data.id
-
-    @property
-    def status(self) -> str:
-        return self.data.status
-
-    @property
-    def config(self) -> dict:
-        return self.data.config or {}
-
-    @property
-    def event_id(self) -> str | None:
-        """The trigger's id, as given to `start_run(event_id=...)` (kept in the config, so a
-        claimed replay has it too)."""
-        return self.config.get("event_id")
-
-    @property
-    def replay_of(self) -> str | None:
-        return self.data.replay_of
-
-    def key(self, tool: str, target: str) -> str:
-        """The idempotency key of `tool` on `target` for this run's trigger."""
-        if not self.event_id:
-            raise ValueError("this run has no event_id: start it with start_run(event_id=...)")
-        return idempotency_key(self.event_id, tool, target)
 
     def propose(
         self,
@@ -228,35 +146,25 @@ class Run:
         """Propose one side effect. `key` defaults to `self.key(tool, target)`. Answers at
         once with an `Outcome` (new, or `replayed` from the ledger); `.wait()` for the
         result. A 422 `IdempotencyConflict` means this key was used for another intent."""
-        key = key or self.key(tool, target)
         outcome = Outcome(self.client, None, tool=tool)
-        self._proposals.append(outcome)  # a call whose answer is lost still counts
+        arguments = self._proposal(
+            outcome,
+            tool,
+            target,
+            desired_state,
+            key,
+            expected_version=expected_version,
+            approval_id=approval_id,
+            reason=reason,
+        )
         try:
-            answer = self.client.api.actions_propose(
-                self.id,
-                idempotency_key=key,
-                tool=tool,
-                target=target,
-                desired_state=desired_state,
-                expected_version=expected_version,
-                approval_id=approval_id if approval_id is not None else UNSET,
-                reason=reason if reason is not None else UNSET,
-            )
+            answer = self.client.api.actions_propose(self.id, **arguments)
         except ApiError:
             # Refused (400, 404, 409, 422): nothing was created, so nothing was called.
             self._proposals.remove(outcome)
             raise
         outcome._update(answer)
         return outcome
-
-    def record_tool_call(self, tool: str) -> None:
-        """Report a tool this run called outside Takeover (sent in `tools_called`)."""
-        self._extra_tools.add(tool)
-
-    @property
-    def tools_called(self) -> list[str]:
-        seen = [(o.tool, o.state) for o in self._proposals]
-        return sorted(set(_core.tools_called(seen)) | self._extra_tools)
 
     def heartbeat(self) -> None:
         self.client.api.runs_heartbeat(self.id)
@@ -271,11 +179,8 @@ class Run:
         """Finish the run. `tools_called` defaults to what this object proposed; pass None
         when the runtime cannot tell what it called."""
         self._stop_heartbeats()
-        if isinstance(tools_called, _core.Default):
-            tools_called = self.tools_called
-        self.data = self.client.api.runs_finish(
-            self.id, status=status, error_message=error_message, tools_called=tools_called
-        )
+        arguments = self._finish_arguments(status, error_message, tools_called)
+        self.data = self.client.api.runs_finish(self.id, **arguments)
         self._finished = True
         return self.data
 
@@ -313,78 +218,27 @@ class Run:
             self._beat.join(timeout=5)
         self._beat = None
 
-    def attach(self) -> Run:
-        """`with run.attach():` the current run, with heartbeats, left running at the end."""
-        self._finish_on_exit.append(False)
-        return self
-
     def __enter__(self) -> Run:
-        if len(self._finish_on_exit) == len(self._tokens):
-            self._finish_on_exit.append(True)
-        self._tokens.append(_core.current_run_var.set(self))
+        self._enter()
         self.start_heartbeats()
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        _core.current_run_var.reset(self._tokens.pop())
-        finish = self._finish_on_exit.pop()
+        finish = self._leave()
         self._stop_heartbeats()
-        if self._finished or not finish:
+        if not finish:
             return
-        if exc is None:
-            status, message = "success", ""
-        elif isinstance(exc, KeyboardInterrupt):
-            status, message = "cancelled", "Interrupted."
-        else:
-            status, message = "error", f"{type(exc).__name__}: {exc}"[:10000]
+        status, message = _shared.exit_status(exc, (KeyboardInterrupt,), "Interrupted.")
         try:
             self.finish(status, message)
-        except RunNotRunning:
-            pass  # finished elsewhere (reaped, or by an operator): nothing to add
-        except TakeoverError:
-            if exc is None:
-                raise
-            logger.exception("could not finish run %s as %s", self.id, status)
+        except TakeoverError as error:
+            self._not_finished(error, exc, status)
 
 
-class Outcome:
+class Outcome(_shared.OutcomeBase):
     """A proposed action: `action` (an `ActionOut`) is the latest view of it, `action_id`
     its id; `replayed`/`content_changed` come from the proposal's answer. `wait()` returns
     this outcome once it succeeded."""
-
-    def __init__(self, client: Takeover, action: ActionOut | None, *, tool: str = "") -> None:
-        self.client = client
-        self.action: ActionOut = action  # type: ignore[assignment] -- None until answered
-        self._tool = tool
-        self.replayed = bool(action and action.replayed)
-        self.content_changed = bool(action and action.content_changed)
-
-    def __repr__(self) -> str:
-        return f"<Outcome {self.action_id} {self.state}{' replayed' if self.replayed else ''}>"
-
-    def _update(self, action: ActionOut, *, proposal: bool = True) -> None:
-        self.action = action
-        if proposal:
-            self.replayed = action.replayed
-            self.content_changed = action.content_changed
-
-    @property
-    def action_id(self) -> str:
-        return self.action.id
-
-    id = action_id  # the same, by the action's own name
-
-    @property
-    def state(self) -> str | None:
-        return self.action.state if self.action is not None else None
-
-    @property
-    def tool(self) -> str:
-        return self.action.tool if self.action is not None else self._tool
-
-    @property
-    def settled(self) -> bool:
-        return self.state in _core.SETTLED
 
     def refresh(self) -> Outcome:
         self._update(self.client.api.actions_retrieve(self.action_id), proposal=False)
@@ -404,33 +258,12 @@ class Outcome:
         that should not hold a thread for an approval pauses instead (the LangGraph and
         OpenAI Agents guards do): `timeout=0` answers at once.
         """
-        deadline = time.monotonic() + timeout
-        backoff = 0.1
-        while not self.settled:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise _core.pending(self.action, timeout)
-            if self.state == "awaiting_approval":
-                time.sleep(min(poll_approval, remaining))
-                self.refresh()
-                continue
-            hold = round(min(_core.MAX_WAIT_PER_REQUEST, remaining), 1)
-            asked = time.monotonic()
-            before = self.state
-            data, response = self.client.request(
-                "GET",
-                f"/actions/{self.action_id}",
-                params={"wait": f"{hold:g}"},
-                timeout=hold + 15,
-                retry_for=max(remaining, 0.0),
-                with_response=True,
-            )
-            self._update(ActionOut.from_dict(data), proposal=False)
-            pause = _core.wait_pause(self.state, before, asked, hold, response, backoff)
-            if pause:
-                time.sleep(min(pause, max(deadline - time.monotonic(), 0)))
-                backoff = min(backoff * 2, 2.0)
-            else:
-                backoff = 0.1
-        _core.check_settled(self.action)
+        steps, answer = self._waiting(timeout, poll_approval), None
+        with contextlib.suppress(StopIteration):  # the action settled
+            while True:
+                step, answer = steps.send(answer), None
+                if isinstance(step, dict):
+                    answer = self.client.request(**step)
+                else:
+                    time.sleep(step)
         return self

@@ -157,8 +157,8 @@ def _json_wsgi(start_response, status: str, body: bytes, extra=()) -> list[bytes
     return [body]
 
 
-class WsgiVerifier:
-    """WSGI middleware: the wrapped app only sees calls Takeover signed (module docstring)."""
+class _Middleware:
+    """What both middlewares hold: the wrapped app, the verifier and the body limit."""
 
     def __init__(
         self,
@@ -172,6 +172,10 @@ class WsgiVerifier:
         self.app = app
         self.verifier = _verifier(secrets, tolerance, clock)
         self.max_body_bytes = max_body_bytes
+
+
+class WsgiVerifier(_Middleware):
+    """WSGI middleware: the wrapped app only sees calls Takeover signed (module docstring)."""
 
     def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
         try:
@@ -225,22 +229,9 @@ def read_wsgi_body(environ: dict, limit: int) -> bytes:
     return body
 
 
-class AsgiVerifier:
+class AsgiVerifier(_Middleware):
     """ASGI middleware: the wrapped app only sees calls Takeover signed (module docstring).
     Lifespan and websocket scopes pass through untouched."""
-
-    def __init__(
-        self,
-        app: Callable,
-        secrets: Secrets | Verifier,
-        *,
-        tolerance: int = signing.TOLERANCE_SECONDS,
-        clock: Callable[[], float] = time.time,
-        max_body_bytes: int = MAX_BODY_BYTES,
-    ) -> None:
-        self.app = app
-        self.verifier = _verifier(secrets, tolerance, clock)
-        self.max_body_bytes = max_body_bytes
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":

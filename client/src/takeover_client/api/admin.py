@@ -7,38 +7,24 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from .. import models
+from .._api import operation
 from .._model import UNSET
 
 
 class AdminOperations:
     """`client.api.<operation>` for admin: `Api` and `AsyncApi` inherit these."""
 
+    @operation("POST", "/approval-requests/{id}/deny", returns={200: models.ApprovalRequestOut})
     def approval_requests_deny(self, id: str, *, reason: str) -> models.ApprovalRequestOut:
         """POST /api/v1/approval-requests/{id}/deny"""
-        return self._call(
-            "POST",
-            "/approval-requests/{id}/deny",
-            {"id": id},
-            query={},
-            headers={},
-            body={"reason": reason},
-            returns={200: models.ApprovalRequestOut},
-        )
 
+    @operation("POST", "/approval-requests/{id}/grant", returns={201: models.ApprovalOut})
     def approval_requests_grant(
         self, id: str, *, ttl_seconds: float | None = UNSET
     ) -> models.ApprovalOut:
         """POST /api/v1/approval-requests/{id}/grant"""
-        return self._call(
-            "POST",
-            "/approval-requests/{id}/grant",
-            {"id": id},
-            query={},
-            headers={},
-            body={"ttl_seconds": ttl_seconds},
-            returns={201: models.ApprovalOut},
-        )
 
+    @operation("GET", "/approval-requests", returns={200: models.ApprovalRequestPage})
     def approval_requests_list(
         self,
         *,
@@ -46,16 +32,8 @@ class AdminOperations:
         state: list[Literal["pending", "granted", "denied", "expired"]] = UNSET,
     ) -> models.ApprovalRequestPage:
         """GET /api/v1/approval-requests"""
-        return self._call(
-            "GET",
-            "/approval-requests",
-            {},
-            query={"cursor": cursor, "state": state},
-            headers={},
-            body=None,
-            returns={200: models.ApprovalRequestPage},
-        )
 
+    @operation("POST", "/approvals", returns={201: models.ApprovalOut})
     def approvals_create(
         self,
         *,
@@ -67,111 +45,40 @@ class AdminOperations:
         ttl_seconds: float | None = UNSET,
     ) -> models.ApprovalOut:
         """POST /api/v1/approvals"""
-        return self._call(
-            "POST",
-            "/approvals",
-            {},
-            query={},
-            headers={},
-            body={
-                "principal": principal,
-                "tool": tool,
-                "target": target,
-                "desired_state": desired_state,
-                "expected_version": expected_version,
-                "ttl_seconds": ttl_seconds,
-            },
-            returns={201: models.ApprovalOut},
-        )
 
+    @operation("GET", "/approvals", returns={200: models.ApprovalPage})
     def approvals_list(self, *, cursor: str = UNSET) -> models.ApprovalPage:
         """GET /api/v1/approvals"""
-        return self._call(
-            "GET",
-            "/approvals",
-            {},
-            query={"cursor": cursor},
-            headers={},
-            body=None,
-            returns={200: models.ApprovalPage},
-        )
 
+    @operation("GET", "/approvals/{id}", returns={200: models.ApprovalOut})
     def approvals_retrieve(self, id: str) -> models.ApprovalOut:
         """GET /api/v1/approvals/{id}"""
-        return self._call(
-            "GET",
-            "/approvals/{id}",
-            {"id": id},
-            query={},
-            headers={},
-            body=None,
-            returns={200: models.ApprovalOut},
-        )
 
+    @operation("POST", "/approvals/{id}/revoke", returns={200: models.ApprovalOut})
     def approvals_revoke(self, id: str, *, reason: str) -> models.ApprovalOut:
         """POST /api/v1/approvals/{id}/revoke"""
-        return self._call(
-            "POST",
-            "/approvals/{id}/revoke",
-            {"id": id},
-            query={},
-            headers={},
-            body={"reason": reason},
-            returns={200: models.ApprovalOut},
-        )
 
+    @operation("GET", "/audit", returns={200: models.AuditEventPage})
     def audit_list(
         self, *, actor: str = UNSET, cursor: str = UNSET, object: str = UNSET, verb: str = UNSET
     ) -> models.AuditEventPage:
         """GET /api/v1/audit"""
-        return self._call(
-            "GET",
-            "/audit",
-            {},
-            query={"actor": actor, "cursor": cursor, "object": object, "verb": verb},
-            headers={},
-            body=None,
-            returns={200: models.AuditEventPage},
-        )
 
+    @operation("GET", "/ledger", returns={200: models.LedgerEntryPage})
     def ledger_list(
         self, *, cursor: str = UNSET, key: str = UNSET, tool: str = UNSET
     ) -> models.LedgerEntryPage:
         """GET /api/v1/ledger"""
-        return self._call(
-            "GET",
-            "/ledger",
-            {},
-            query={"cursor": cursor, "key": key, "tool": tool},
-            headers={},
-            body=None,
-            returns={200: models.LedgerEntryPage},
-        )
 
+    @operation("POST", "/ledger/{id}/revoke", returns={200: models.LedgerEntryOut})
     def ledger_revoke(self, id: str, *, reason: str) -> models.LedgerEntryOut:
         """POST /api/v1/ledger/{id}/revoke"""
-        return self._call(
-            "POST",
-            "/ledger/{id}/revoke",
-            {"id": id},
-            query={},
-            headers={},
-            body={"reason": reason},
-            returns={200: models.LedgerEntryOut},
-        )
 
+    @operation("POST", "/principals", returns={201: models.PrincipalCreatedOut})
     def principals_create(self, *, name: str) -> models.PrincipalCreatedOut:
         """POST /api/v1/principals"""
-        return self._call(
-            "POST",
-            "/principals",
-            {},
-            query={},
-            headers={},
-            body={"name": name},
-            returns={201: models.PrincipalCreatedOut},
-        )
 
+    @operation("POST", "/tokens", returns={201: models.TokenCreatedOut})
     def tokens_create(
         self,
         *,
@@ -183,49 +90,22 @@ class AdminOperations:
         """POST /api/v1/tokens: Tokens. Any operator lists and issues their own (no owner in the
         body); an admin lists the tenant's and issues a principal's. Nobody receives another
         operator's secret."""
-        return self._call(
-            "POST",
-            "/tokens",
-            {},
-            query={},
-            headers={},
-            body={
-                "principal": principal,
-                "operator": operator,
-                "name": name,
-                "expires_in_seconds": expires_in_seconds,
-            },
-            returns={201: models.TokenCreatedOut},
-        )
 
+    @operation("GET", "/tokens", returns={200: models.TokenPage})
     def tokens_list(
         self, *, cursor: str = UNSET, state: Literal["active", "expired", "revoked"] = UNSET
     ) -> models.TokenPage:
         """GET /api/v1/tokens: Tokens. Any operator lists and issues their own (no owner in the
         body); an admin lists the tenant's and issues a principal's. Nobody receives another
         operator's secret."""
-        return self._call(
-            "GET",
-            "/tokens",
-            {},
-            query={"cursor": cursor, "state": state},
-            headers={},
-            body=None,
-            returns={200: models.TokenPage},
-        )
 
+    @operation("POST", "/tokens/{id}/revoke", returns={200: models.TokenOut})
     def tokens_revoke(self, id: str, *, reason: str | None = UNSET) -> models.TokenOut:
         """POST /api/v1/tokens/{id}/revoke"""
-        return self._call(
-            "POST",
-            "/tokens/{id}/revoke",
-            {"id": id},
-            query={},
-            headers={},
-            body={"reason": reason},
-            returns={200: models.TokenOut},
-        )
 
+    @operation(
+        "POST", "/tokens/{id}/rotate", returns={201: models.TokenCreatedOut, 200: models.TokenOut}
+    )
     def tokens_rotate(
         self,
         id: str,
@@ -238,20 +118,8 @@ class AdminOperations:
         its successor, shown once. (Admin) another operator's token: it is revoked at once and
         there is no successor (200, the revoked token): a person's credentials are theirs
         alone."""
-        return self._call(
-            "POST",
-            "/tokens/{id}/rotate",
-            {"id": id},
-            query={},
-            headers={},
-            body={
-                "expires_in_seconds": expires_in_seconds,
-                "overlap_seconds": overlap_seconds,
-                "reason": reason,
-            },
-            returns={201: models.TokenCreatedOut, 200: models.TokenOut},
-        )
 
+    @operation("POST", "/tools", returns={201: models.ToolCreatedOut})
     def tools_create(
         self,
         *,
@@ -266,26 +134,8 @@ class AdminOperations:
         mcp: dict[str, Any] | None = UNSET,
     ) -> models.ToolCreatedOut:
         """POST /api/v1/tools"""
-        return self._call(
-            "POST",
-            "/tools",
-            {},
-            query={},
-            headers={},
-            body={
-                "name": name,
-                "base_url": base_url,
-                "effect": effect,
-                "lookup": lookup,
-                "requires_approval": requires_approval,
-                "identity_fields": identity_fields,
-                "timeout_seconds": timeout_seconds,
-                "kind": kind,
-                "mcp": mcp,
-            },
-            returns={201: models.ToolCreatedOut},
-        )
 
+    @operation("POST", "/tools/{name}/declaration", returns={200: models.ToolOut})
     def tools_declare(
         self,
         name: str,
@@ -296,53 +146,20 @@ class AdminOperations:
     ) -> models.ToolOut:
         """POST /api/v1/tools/{name}/declaration: Change what a tool declares it is: `effect`
         and/or `lookup`, with a `reason`. Admin."""
-        return self._call(
-            "POST",
-            "/tools/{name}/declaration",
-            {"name": name},
-            query={},
-            headers={},
-            body={"effect": effect, "lookup": lookup, "reason": reason},
-            returns={200: models.ToolOut},
-        )
 
+    @operation("GET", "/tools", returns={200: models.ToolPage})
     def tools_list(self, *, cursor: str = UNSET) -> models.ToolPage:
         """GET /api/v1/tools"""
-        return self._call(
-            "GET",
-            "/tools",
-            {},
-            query={"cursor": cursor},
-            headers={},
-            body=None,
-            returns={200: models.ToolPage},
-        )
 
+    @operation("GET", "/tools/{name}", returns={200: models.ToolOut})
     def tools_retrieve(self, name: str) -> models.ToolOut:
         """GET /api/v1/tools/{name}: One tool, by name, with its declarations (`effect`,
         `lookup`) and who made them; to a principal without its `base_url`, as in the list."""
-        return self._call(
-            "GET",
-            "/tools/{name}",
-            {"name": name},
-            query={},
-            headers={},
-            body=None,
-            returns={200: models.ToolOut},
-        )
 
+    @operation("POST", "/tools/{name}/rotate-secret", returns={201: models.ToolCreatedOut})
     def tools_rotate_secret(
         self, name: str, *, overlap_seconds: float | None = UNSET, reason: str | None = UNSET
     ) -> models.ToolCreatedOut:
         """POST /api/v1/tools/{name}/rotate-secret: A new signing secret for the tool (admin,
         audited as `tool.rotate_secret`). With `overlap_seconds`, requests carry a signature
         with the old secret too until then, so the tool can switch without refusing a call."""
-        return self._call(
-            "POST",
-            "/tools/{name}/rotate-secret",
-            {"name": name},
-            query={},
-            headers={},
-            body={"overlap_seconds": overlap_seconds, "reason": reason},
-            returns={201: models.ToolCreatedOut},
-        )

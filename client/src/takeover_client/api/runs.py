@@ -7,26 +7,26 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from .. import models
+from .._api import operation
 from .._model import UNSET
 
 
 class RunsOperations:
     """`client.api.<operation>` for runs: `Api` and `AsyncApi` inherit these."""
 
+    @operation("POST", "/actions/{id}/acknowledge", returns={200: models.ActionOut})
     def actions_acknowledge(self, id: str, *, note: str | None = UNSET) -> models.ActionOut:
         """POST /api/v1/actions/{id}/acknowledge: Acknowledge a blocked action (on-call): it
         leaves the queue, stays findable. 409 `state-conflict` unless it is blocked and not
         yet acknowledged."""
-        return self._call(
-            "POST",
-            "/actions/{id}/acknowledge",
-            {"id": id},
-            query={},
-            headers={},
-            body={"note": note},
-            returns={200: models.ActionOut},
-        )
 
+    @operation(
+        "POST",
+        "/runs/{id}/actions",
+        headers=("idempotency_key",),
+        wire={"idempotency_key": "Idempotency-Key"},
+        returns={201: models.ActionOut, 200: models.ActionOut},
+    )
     def actions_propose(
         self,
         id: str,
@@ -40,35 +40,12 @@ class RunsOperations:
         reason: str | None = UNSET,
     ) -> models.ActionOut:
         """POST /api/v1/runs/{id}/actions"""
-        return self._call(
-            "POST",
-            "/runs/{id}/actions",
-            {"id": id},
-            query={},
-            headers={"Idempotency-Key": idempotency_key},
-            body={
-                "tool": tool,
-                "target": target,
-                "desired_state": desired_state,
-                "expected_version": expected_version,
-                "approval_id": approval_id,
-                "reason": reason,
-            },
-            returns={201: models.ActionOut, 200: models.ActionOut},
-        )
 
+    @operation("POST", "/actions/{id}/reconcile", returns={200: models.ActionOut})
     def actions_reconcile(self, id: str) -> models.ActionOut:
         """POST /api/v1/actions/{id}/reconcile"""
-        return self._call(
-            "POST",
-            "/actions/{id}/reconcile",
-            {"id": id},
-            query={},
-            headers={},
-            body=None,
-            returns={200: models.ActionOut},
-        )
 
+    @operation("POST", "/actions/{id}/resolve", returns={200: models.ActionOut})
     def actions_resolve(
         self,
         id: str,
@@ -79,74 +56,29 @@ class RunsOperations:
         take_over: bool | None = UNSET,
     ) -> models.ActionOut:
         """POST /api/v1/actions/{id}/resolve"""
-        return self._call(
-            "POST",
-            "/actions/{id}/resolve",
-            {"id": id},
-            query={},
-            headers={},
-            body={
-                "outcome": outcome,
-                "reason": reason,
-                "based_on_read": based_on_read,
-                "take_over": take_over,
-            },
-            returns={200: models.ActionOut},
-        )
 
+    @operation("GET", "/actions/{id}", returns={200: models.ActionOut})
     def actions_retrieve(self, id: str, *, wait: float = UNSET) -> models.ActionOut:
         """GET /api/v1/actions/{id}"""
-        return self._call(
-            "GET",
-            "/actions/{id}",
-            {"id": id},
-            query={"wait": wait},
-            headers={},
-            body=None,
-            returns={200: models.ActionOut},
-        )
 
+    @operation("POST", "/bulk/apply", returns={200: models.BulkResultOut})
     def bulk_apply(self) -> models.BulkResultOut:
         """POST /api/v1/bulk/apply: Do what the preview with this `signature` said. 409
         `state-conflict` (with the new `plan`) when the plan is not that one any more: nothing
         was done. Each decision is audited by its own service, and the batch as `bulk.apply`."""
-        return self._call(
-            "POST",
-            "/bulk/apply",
-            {},
-            query={},
-            headers={},
-            body=None,
-            returns={200: models.BulkResultOut},
-        )
 
+    @operation("POST", "/bulk/preview", returns={200: models.BulkPlanOut})
     def bulk_preview(self) -> models.BulkPlanOut:
         """POST /api/v1/bulk/preview: What resolving or re-checking these actions, or replaying
         these runs, would do, item by item, without doing any of it. Items the caller cannot
         see, or may not act on, are in the plan with `will: skip` and the reason."""
-        return self._call(
-            "POST",
-            "/bulk/preview",
-            {},
-            query={},
-            headers={},
-            body=None,
-            returns={200: models.BulkPlanOut},
-        )
 
+    @operation("POST", "/force-replay-requests/{id}/confirm", returns={201: models.RunDetailOut})
     def force_replay_requests_confirm(self, id: str) -> models.RunDetailOut:
         """POST /api/v1/force-replay-requests/{id}/confirm: A second admin confirms: 201 with the
         new run. 409 for the requester themselves."""
-        return self._call(
-            "POST",
-            "/force-replay-requests/{id}/confirm",
-            {"id": id},
-            query={},
-            headers={},
-            body=None,
-            returns={201: models.RunDetailOut},
-        )
 
+    @operation("GET", "/force-replay-requests", returns={200: models.ForceReplayRequestPage})
     def force_replay_requests_list(
         self,
         *,
@@ -155,55 +87,25 @@ class RunsOperations:
     ) -> models.ForceReplayRequestPage:
         """GET /api/v1/force-replay-requests: Four-eyes force replays, newest first;
         `?state=pending` for those waiting. Admin."""
-        return self._call(
-            "GET",
-            "/force-replay-requests",
-            {},
-            query={"cursor": cursor, "state": state},
-            headers={},
-            body=None,
-            returns={200: models.ForceReplayRequestPage},
-        )
 
+    @operation(
+        "POST", "/force-replay-requests/{id}/reject", returns={200: models.ForceReplayRequestOut}
+    )
     def force_replay_requests_reject(
         self, id: str, *, reason: str | None = UNSET
     ) -> models.ForceReplayRequestOut:
         """POST /api/v1/force-replay-requests/{id}/reject"""
-        return self._call(
-            "POST",
-            "/force-replay-requests/{id}/reject",
-            {"id": id},
-            query={},
-            headers={},
-            body={"reason": reason},
-            returns={200: models.ForceReplayRequestOut},
-        )
 
+    @operation("GET", "/idempotency-conflicts", returns={200: models.IdempotencyConflictPage})
     def idempotency_conflicts_list(self, *, cursor: str = UNSET) -> models.IdempotencyConflictPage:
         """GET /api/v1/idempotency-conflicts: Every proposal refused with 422
         idempotency-conflict, newest first (operators)."""
-        return self._call(
-            "GET",
-            "/idempotency-conflicts",
-            {},
-            query={"cursor": cursor},
-            headers={},
-            body=None,
-            returns={200: models.IdempotencyConflictPage},
-        )
 
+    @operation("GET", "/me", returns={200: models.MeOut})
     def me(self) -> models.MeOut:
         """GET /api/v1/me"""
-        return self._call(
-            "GET",
-            "/me",
-            {},
-            query={},
-            headers={},
-            body=None,
-            returns={200: models.MeOut},
-        )
 
+    @operation("GET", "/queue", returns={200: models.ActionPage})
     def queue_list(
         self,
         *,
@@ -213,40 +115,16 @@ class RunsOperations:
         tool: list[str] = UNSET,
     ) -> models.ActionPage:
         """GET /api/v1/queue"""
-        return self._call(
-            "GET",
-            "/queue",
-            {},
-            query={"cursor": cursor, "order": order, "state": state, "tool": tool},
-            headers={},
-            body=None,
-            returns={200: models.ActionPage},
-        )
 
+    @operation("GET", "/replays", returns={200: models.ReplayPage})
     def replays_list(self, *, cursor: str = UNSET) -> models.ReplayPage:
         """GET /api/v1/replays"""
-        return self._call(
-            "GET",
-            "/replays",
-            {},
-            query={"cursor": cursor},
-            headers={},
-            body=None,
-            returns={200: models.ReplayPage},
-        )
 
+    @operation("POST", "/runs/claim", returns={200: models.RunDetailOut, 204: None})
     def runs_claim(self) -> models.RunDetailOut | None:
         """POST /api/v1/runs/claim"""
-        return self._call(
-            "POST",
-            "/runs/claim",
-            {},
-            query={},
-            headers={},
-            body=None,
-            returns={200: models.RunDetailOut, 204: None},
-        )
 
+    @operation("POST", "/runs/{id}/finish", returns={200: models.RunDetailOut})
     def runs_finish(
         self,
         id: str,
@@ -256,28 +134,12 @@ class RunsOperations:
         tools_called: list[str] | None = UNSET,
     ) -> models.RunDetailOut:
         """POST /api/v1/runs/{id}/finish"""
-        return self._call(
-            "POST",
-            "/runs/{id}/finish",
-            {"id": id},
-            query={},
-            headers={},
-            body={"status": status, "error_message": error_message, "tools_called": tools_called},
-            returns={200: models.RunDetailOut},
-        )
 
+    @operation("POST", "/runs/{id}/heartbeat", returns={200: models.RunOut})
     def runs_heartbeat(self, id: str) -> models.RunOut:
         """POST /api/v1/runs/{id}/heartbeat"""
-        return self._call(
-            "POST",
-            "/runs/{id}/heartbeat",
-            {"id": id},
-            query={},
-            headers={},
-            body=None,
-            returns={200: models.RunOut},
-        )
 
+    @operation("GET", "/runs", returns={200: models.RunPage})
     def runs_list(
         self,
         *,
@@ -285,42 +147,22 @@ class RunsOperations:
         status: list[Literal["pending", "running", "success", "error", "cancelled"]] = UNSET,
     ) -> models.RunPage:
         """GET /api/v1/runs"""
-        return self._call(
-            "GET",
-            "/runs",
-            {},
-            query={"cursor": cursor, "status": status},
-            headers={},
-            body=None,
-            returns={200: models.RunPage},
-        )
 
+    @operation(
+        "POST",
+        "/runs/{id}/replay",
+        returns={201: models.RunDetailOut, 202: models.ForceReplayRequestOut},
+    )
     def runs_replay(
         self, id: str, *, force: bool | None = UNSET, reason: str | None = UNSET
     ) -> models.RunDetailOut | models.ForceReplayRequestOut:
         """POST /api/v1/runs/{id}/replay"""
-        return self._call(
-            "POST",
-            "/runs/{id}/replay",
-            {"id": id},
-            query={},
-            headers={},
-            body={"force": force, "reason": reason},
-            returns={201: models.RunDetailOut, 202: models.ForceReplayRequestOut},
-        )
 
+    @operation("GET", "/runs/{id}", returns={200: models.RunDetailOut})
     def runs_retrieve(self, id: str) -> models.RunDetailOut:
         """GET /api/v1/runs/{id}"""
-        return self._call(
-            "GET",
-            "/runs/{id}",
-            {"id": id},
-            query={},
-            headers={},
-            body=None,
-            returns={200: models.RunDetailOut},
-        )
 
+    @operation("POST", "/runs", files=("input_file",), returns={201: models.RunDetailOut})
     def runs_start(
         self,
         *,
@@ -330,31 +172,14 @@ class RunsOperations:
         input_file: bytes | tuple[str, bytes] = UNSET,
     ) -> models.RunDetailOut:
         """POST /api/v1/runs"""
-        return self._call(
-            "POST",
-            "/runs",
-            {},
-            query={},
-            headers={},
-            body={"trigger": trigger, "config": config, "session_id": session_id},
-            files={"input_file": input_file},
-            returns={201: models.RunDetailOut},
-        )
 
+    @operation("GET", "/settings", returns={200: models.TenantSettingsOut})
     def settings_retrieve(self) -> models.TenantSettingsOut:
         """GET /api/v1/settings: The tenant's settings (admin): `four_eyes_force_replay`,
         `approval_sla_seconds`, and the notification thresholds. A POST changes the fields it
         names."""
-        return self._call(
-            "GET",
-            "/settings",
-            {},
-            query={},
-            headers={},
-            body=None,
-            returns={200: models.TenantSettingsOut},
-        )
 
+    @operation("POST", "/settings", returns={200: models.TenantSettingsOut})
     def settings_update(
         self,
         *,
@@ -366,17 +191,3 @@ class RunsOperations:
         """POST /api/v1/settings: The tenant's settings (admin): `four_eyes_force_replay`,
         `approval_sla_seconds`, and the notification thresholds. A POST changes the fields it
         names."""
-        return self._call(
-            "POST",
-            "/settings",
-            {},
-            query={},
-            headers={},
-            body={
-                "four_eyes_force_replay": four_eyes_force_replay,
-                "approval_sla_seconds": approval_sla_seconds,
-                "unknown_alert_seconds": unknown_alert_seconds,
-                "approval_expiry_warning_seconds": approval_expiry_warning_seconds,
-            },
-            returns={200: models.TenantSettingsOut},
-        )

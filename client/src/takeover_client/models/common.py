@@ -222,36 +222,6 @@ class BulkKeyOut(Model):
 
 
 @dataclass(frozen=True, kw_only=True)
-class BulkResultItemOut(Model):
-    """The `BulkResultItemOut` schema."""
-
-    id: str
-    kind: BulkItemKindEnum
-    label: str
-    state: str
-    """Its state (status, for a run) now."""
-    state_label: str
-    will: WillEnum
-    will_label: str
-    why: str
-    read_id: int | None
-    """resolve: the read of the authoritative state decided on."""
-    tools: list[str] | None
-    """replay: the tools the run called, which a replay may call again (null: could not be
-    established)."""
-    keys: list[BulkKeyOut]
-    """replay: the fate of each key the run used."""
-    hits: int
-    """replay: how many of `keys` are ledger hits."""
-    sends: int
-    """replay: how many of `keys` would be sent again."""
-    did: DidEnum
-    did_label: str
-    detail: str
-    new_run: str | None
-
-
-@dataclass(frozen=True, kw_only=True)
 class DeclarationOut(Model):
     """What a tool declared it is, as it stood when a decision relied on it."""
 
@@ -350,20 +320,6 @@ class ReplayVerdictOut(Model):
 
 
 @dataclass(frozen=True, kw_only=True)
-class SafeToolOut(Model):
-    """What a tool declared it is, as it stood when a decision relied on it."""
-
-    effect: EffectEnum
-    lookup: bool
-    """It answers GET {base_url}/effects/{key}."""
-    declared_by: ActorOut | None
-    declared_at: datetime | None
-    tool: str
-    why: str
-    """Which declaration makes a repeat harmless, in words."""
-
-
-@dataclass(frozen=True, kw_only=True)
 class ToolMcpOut(Model):
     """The `ToolMcpOut` schema."""
 
@@ -377,3 +333,22 @@ class ToolMcpOut(Model):
     suggested_effect: str | None
     """What the hints suggest (`read_only`, `idempotent`): applied only when an admin confirms it
     (POST /tools/{name}/declaration)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BulkResultItemOut(BulkItemOut):
+    """The `BulkResultItemOut` schema."""
+
+    did: DidEnum
+    did_label: str
+    detail: str
+    new_run: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SafeToolOut(DeclarationOut):
+    """What a tool declared it is, as it stood when a decision relied on it."""
+
+    tool: str
+    why: str
+    """Which declaration makes a repeat harmless, in words."""

@@ -8,41 +8,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from .._model import Model
+from .._model import Model, Page
 
 if TYPE_CHECKING:  # annotations only: `Model` resolves them by name
-    from .common import (
-        ActionOriginEnum,
-        ActionStateEnum,
-        ActionSummaryOut,
-        ActorOut,
-        ApprovalRequestStateEnum,
-        ApprovalStateEnum,
-        AttemptOut,
-        AuditEventOut,
-        BlockReasonEnum,
-        BulkItemOut,
-        BulkPlanOutOperationEnum,
-        BulkResultItemOut,
-        EffectEnum,
-        FailureReasonEnum,
-        ForceReplayRequestOutStateEnum,
-        IdempotencyConflictOut,
-        InputFileOut,
-        LedgerStatusEnum,
-        MeOutKindEnum,
-        ReconciliationOut,
-        ReplayOut,
-        ReplayVerdictOut,
-        ResolutionEnum,
-        ResolveOutcomeEnum,
-        RolesEnum,
-        RunStatusEnum,
-        TokenStateEnum,
-        ToolKindEnum,
-        ToolMcpOut,
-        TriggerEnum,
-    )
+    from . import common
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,13 +27,13 @@ class ActionOut(Model):
     desired_state: dict[str, Any]
     expected_version: int | None
     idempotency_key: str
-    effect: EffectEnum
+    effect: common.EffectEnum
     """The tool's effect declaration when this was proposed: a `read_only` tool's action needs no
     approval and holds no ledger key."""
-    state: ActionStateEnum
-    block_reason: BlockReasonEnum | None
-    failure_reason: FailureReasonEnum | None
-    resolution: ResolutionEnum | None
+    state: common.ActionStateEnum
+    block_reason: common.BlockReasonEnum | None
+    failure_reason: common.FailureReasonEnum | None
+    resolution: common.ResolutionEnum | None
     resolution_reason: str | None
     approval_id: str | None
     approval_request_id: str | None
@@ -72,11 +41,11 @@ class ActionOut(Model):
     """True when answered from the ledger (same key)."""
     content_changed: bool
     """On a ledger hit: non-identity fields of desired_state differ."""
-    attempts: list[AttemptOut]
-    reconciliations: list[ReconciliationOut]
+    attempts: list[common.AttemptOut]
+    reconciliations: list[common.ReconciliationOut]
     claimed_by: str | None
     """The on-call holding it in the console."""
-    origin: ActionOriginEnum
+    origin: common.ActionOriginEnum
     """Where it was proposed: the API, Takeover's /mcp, or the takeover CLI."""
     client: str | None
     """The MCP client's name (or the CLI's), when it said one."""
@@ -85,12 +54,10 @@ class ActionOut(Model):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ActionPage(Model):
+class ActionPage(Page):
     """The `ActionPage` schema."""
 
     results: list[ActionOut]
-    next: str | None
-    """Pass as `cursor` for the next page; null at the end."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,10 +70,10 @@ class ApprovalOut(Model):
     desired_state: dict[str, Any]
     expected_version: int | None
     id: str
-    state: ApprovalStateEnum
+    state: common.ApprovalStateEnum
     tenant: str
     expires_at: datetime
-    granted_by: ActorOut
+    granted_by: common.ActorOut
     granted_at: datetime
     consumed_by_action: str | None
     consumed_at: datetime | None
@@ -117,12 +84,10 @@ class ApprovalOut(Model):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ApprovalPage(Model):
+class ApprovalPage(Page):
     """The `ApprovalPage` schema."""
 
     results: list[ApprovalOut]
-    next: str | None
-    """Pass as `cursor` for the next page; null at the end."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,44 +101,40 @@ class ApprovalRequestOut(Model):
     expected_version: int | None
     id: str
     action: str
-    state: ApprovalRequestStateEnum
+    state: common.ApprovalRequestStateEnum
     tenant: str
     created_at: datetime
     expires_at: datetime | None
-    decided_by: ActorOut | None
+    decided_by: common.ActorOut | None
     decided_at: datetime | None
     reason: str | None
 
 
 @dataclass(frozen=True, kw_only=True)
-class ApprovalRequestPage(Model):
+class ApprovalRequestPage(Page):
     """The `ApprovalRequestPage` schema."""
 
     results: list[ApprovalRequestOut]
-    next: str | None
-    """Pass as `cursor` for the next page; null at the end."""
 
 
 @dataclass(frozen=True, kw_only=True)
-class AuditEventPage(Model):
+class AuditEventPage(Page):
     """The `AuditEventPage` schema."""
 
-    results: list[AuditEventOut]
-    next: str | None
-    """Pass as `cursor` for the next page; null at the end."""
+    results: list[common.AuditEventOut]
 
 
 @dataclass(frozen=True, kw_only=True)
 class BulkPlanOut(Model):
     """The `BulkPlanOut` schema."""
 
-    operation: BulkPlanOutOperationEnum
-    outcome: ResolveOutcomeEnum | None
+    operation: common.BulkPlanOutOperationEnum
+    outcome: common.ResolveOutcomeEnum | None
     reason: str
     force: bool
     signature: str
     """Pass it to /bulk/apply to confirm exactly this plan."""
-    items: list[BulkItemOut]
+    items: list[common.BulkItemOut]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -181,7 +142,7 @@ class BulkResultOut(Model):
     """The `BulkResultOut` schema."""
 
     plan: BulkPlanOut
-    results: list[BulkResultItemOut]
+    results: list[common.BulkResultItemOut]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -190,11 +151,11 @@ class ForceReplayRequestOut(Model):
 
     id: str
     run: str
-    state: ForceReplayRequestOutStateEnum
-    requested_by: ActorOut
+    state: common.ForceReplayRequestOutStateEnum
+    requested_by: common.ActorOut
     reason: str
     tools_at_risk: list[str] | None
-    decided_by: ActorOut | None
+    decided_by: common.ActorOut | None
     decided_at: datetime | None
     decision_reason: str | None
     new_run: str | None
@@ -202,21 +163,17 @@ class ForceReplayRequestOut(Model):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ForceReplayRequestPage(Model):
+class ForceReplayRequestPage(Page):
     """The `ForceReplayRequestPage` schema."""
 
     results: list[ForceReplayRequestOut]
-    next: str | None
-    """Pass as `cursor` for the next page; null at the end."""
 
 
 @dataclass(frozen=True, kw_only=True)
-class IdempotencyConflictPage(Model):
+class IdempotencyConflictPage(Page):
     """The `IdempotencyConflictPage` schema."""
 
-    results: list[IdempotencyConflictOut]
-    next: str | None
-    """Pass as `cursor` for the next page; null at the end."""
+    results: list[common.IdempotencyConflictOut]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -229,33 +186,31 @@ class LedgerEntryOut(Model):
     generation: int
     tool: str
     action: str | None
-    status: LedgerStatusEnum
+    status: common.LedgerStatusEnum
     fingerprint: str
     created_at: datetime
     updated_at: datetime
     revoked: bool
     revoked_at: datetime | None
     revoked_reason: str | None
-    revoked_by: ActorOut | None
+    revoked_by: common.ActorOut | None
 
 
 @dataclass(frozen=True, kw_only=True)
-class LedgerEntryPage(Model):
+class LedgerEntryPage(Page):
     """The `LedgerEntryPage` schema."""
 
     results: list[LedgerEntryOut]
-    next: str | None
-    """Pass as `cursor` for the next page; null at the end."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class MeOut(Model):
     """The `MeOut` schema."""
 
-    kind: MeOutKindEnum
+    kind: common.MeOutKindEnum
     name: str
     tenant: str
-    roles: list[RolesEnum]
+    roles: list[common.RolesEnum]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -270,38 +225,10 @@ class PrincipalCreatedOut(Model):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ReplayPage(Model):
+class ReplayPage(Page):
     """The `ReplayPage` schema."""
 
-    results: list[ReplayOut]
-    next: str | None
-    """Pass as `cursor` for the next page; null at the end."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunDetailOut(Model):
-    """The `RunDetailOut` schema."""
-
-    id: str
-    tenant: str
-    principal: str
-    trigger: TriggerEnum
-    config: dict[str, Any]
-    input_file: InputFileOut | None
-    session_id: str
-    status: RunStatusEnum
-    attempts: int
-    error_message: str
-    replay_of: str | None
-    tools_executed: list[str] | None
-    """[] verified no tool called; a list of tools called; null unknown."""
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-    heartbeat_at: datetime | None
-    actions: list[ActionSummaryOut]
-    replay_verdict: ReplayVerdictOut
-    """What a replay without force would answer."""
+    results: list[common.ReplayOut]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -311,11 +238,11 @@ class RunOut(Model):
     id: str
     tenant: str
     principal: str
-    trigger: TriggerEnum
+    trigger: common.TriggerEnum
     config: dict[str, Any]
-    input_file: InputFileOut | None
+    input_file: common.InputFileOut | None
     session_id: str
-    status: RunStatusEnum
+    status: common.RunStatusEnum
     attempts: int
     error_message: str
     replay_of: str | None
@@ -328,12 +255,10 @@ class RunOut(Model):
 
 
 @dataclass(frozen=True, kw_only=True)
-class RunPage(Model):
+class RunPage(Page):
     """The `RunPage` schema."""
 
     results: list[RunOut]
-    next: str | None
-    """Pass as `cursor` for the next page; null at the end."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -350,26 +275,6 @@ class TenantSettingsOut(Model):
 
 
 @dataclass(frozen=True, kw_only=True)
-class TokenCreatedOut(Model):
-    """The `TokenCreatedOut` schema."""
-
-    id: str
-    label: str
-    """The first characters, to tell tokens apart."""
-    name: str
-    owner: ActorOut
-    state: TokenStateEnum
-    created_at: datetime
-    expires_at: datetime | None
-    last_used_at: datetime | None
-    """Written at most once a minute."""
-    revoked_at: datetime | None
-    rotated_from: str | None
-    token: str
-    """Shown once; only its hash is stored."""
-
-
-@dataclass(frozen=True, kw_only=True)
 class TokenOut(Model):
     """The `TokenOut` schema."""
 
@@ -377,8 +282,8 @@ class TokenOut(Model):
     label: str
     """The first characters, to tell tokens apart."""
     name: str
-    owner: ActorOut
-    state: TokenStateEnum
+    owner: common.ActorOut
+    state: common.TokenStateEnum
     created_at: datetime
     expires_at: datetime | None
     last_used_at: datetime | None
@@ -388,45 +293,10 @@ class TokenOut(Model):
 
 
 @dataclass(frozen=True, kw_only=True)
-class TokenPage(Model):
+class TokenPage(Page):
     """The `TokenPage` schema."""
 
     results: list[TokenOut]
-    next: str | None
-    """Pass as `cursor` for the next page; null at the end."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class ToolCreatedOut(Model):
-    """The `ToolCreatedOut` schema."""
-
-    id: str
-    name: str
-    base_url: str | None = None
-    effect: EffectEnum
-    """`read_only`: no side effect (no approval, no ledger key, never at risk in a replay);
-    `idempotent`: applies an Idempotency-Key at most once and answers a repeat with the first
-    result (an unknown outcome is re-sent with the same key); `unsafe`: neither (the default)."""
-    lookup: bool
-    """Answers GET {base_url}/effects/{key}: 200 `{applied: true, state, version}` or 404;
-    reconciliation asks it first."""
-    declared_by: ActorOut | None
-    """Who made the declaration in force."""
-    declared_at: datetime | None
-    requires_approval: bool
-    identity_fields: list[str]
-    timeout_seconds: float
-    created_at: datetime
-    signing_secret_created_at: datetime | None = None
-    previous_secret_expires_at: datetime | None = None
-    """While set and in the future, requests are signed with the previous secret too."""
-    kind: ToolKindEnum
-    """`http`: the tool protocol at base_url; `mcp`: an MCP server's tool."""
-    mcp: ToolMcpOut | None = None
-    """An MCP tool's upstream (operators only)."""
-    signing_secret: str
-    """The secret every request to this tool is signed with (`Takeover-Signature`): shown this
-    once."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -436,14 +306,14 @@ class ToolOut(Model):
     id: str
     name: str
     base_url: str | None = None
-    effect: EffectEnum
+    effect: common.EffectEnum
     """`read_only`: no side effect (no approval, no ledger key, never at risk in a replay);
     `idempotent`: applies an Idempotency-Key at most once and answers a repeat with the first
     result (an unknown outcome is re-sent with the same key); `unsafe`: neither (the default)."""
     lookup: bool
     """Answers GET {base_url}/effects/{key}: 200 `{applied: true, state, version}` or 404;
     reconciliation asks it first."""
-    declared_by: ActorOut | None
+    declared_by: common.ActorOut | None
     """Who made the declaration in force."""
     declared_at: datetime | None
     requires_approval: bool
@@ -453,16 +323,40 @@ class ToolOut(Model):
     signing_secret_created_at: datetime | None = None
     previous_secret_expires_at: datetime | None = None
     """While set and in the future, requests are signed with the previous secret too."""
-    kind: ToolKindEnum
+    kind: common.ToolKindEnum
     """`http`: the tool protocol at base_url; `mcp`: an MCP server's tool."""
-    mcp: ToolMcpOut | None = None
+    mcp: common.ToolMcpOut | None = None
     """An MCP tool's upstream (operators only)."""
 
 
 @dataclass(frozen=True, kw_only=True)
-class ToolPage(Model):
+class ToolPage(Page):
     """The `ToolPage` schema."""
 
     results: list[ToolOut]
-    next: str | None
-    """Pass as `cursor` for the next page; null at the end."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunDetailOut(RunOut):
+    """The `RunDetailOut` schema."""
+
+    actions: list[common.ActionSummaryOut]
+    replay_verdict: common.ReplayVerdictOut
+    """What a replay without force would answer."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenCreatedOut(TokenOut):
+    """The `TokenCreatedOut` schema."""
+
+    token: str
+    """Shown once; only its hash is stored."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCreatedOut(ToolOut):
+    """The `ToolCreatedOut` schema."""
+
+    signing_secret: str
+    """The secret every request to this tool is signed with (`Takeover-Signature`): shown this
+    once."""
