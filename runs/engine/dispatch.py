@@ -82,13 +82,7 @@ RESEND_SETTLE = {**SETTLE, AttemptOutcome.NOT_SENT: (ActionState.UNKNOWN, {})}
 
 
 def settle(
-    action: Action,
-    attempt: Attempt,
-    result: CallResult,
-    *,
-    actor: Actor,
-    table=SETTLE,
-    wake: bool = True,
+    action: Action, attempt: Attempt, result: CallResult, *, actor: Actor, table=SETTLE, wake=True
 ) -> str | None:
     """Close the attempt and settle the action together (the third and last write of a
     happy-path effect: propose, lease, settle). Returns the state it settled in (None: the
