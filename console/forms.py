@@ -3,6 +3,9 @@
 from datetime import UTC
 
 from django import forms
+from django.forms.utils import flatatt
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 
 from runs.states import ActionState, RunStatus
 
@@ -15,6 +18,30 @@ TTL_CHOICES = [
     (4 * 3600, "4 hours"),
     (24 * 3600, "24 hours"),
 ]
+
+
+class ListSelect(forms.Select):
+    """A select of plain options rendered in Python: Django renders each option through a
+    template of its own, which for the audit filter's hundred verbs was most of the page's
+    time. Same markup (attributes included), no per-option attributes or groups."""
+
+    def render(self, name, value, attrs=None, renderer=None):
+        widget = self.get_context(name, value, attrs)["widget"]
+        options = format_html_join(
+            "",
+            '<option value="{}"{}>{}</option>',
+            (
+                (option["value"], SELECTED if option["selected"] else "", option["label"])
+                for _group, group_options, _index in widget["optgroups"]
+                for option in group_options
+            ),
+        )
+        return format_html(
+            '<select name="{}"{}>{}</select>', widget["name"], flatatt(widget["attrs"]), options
+        )
+
+
+SELECTED = mark_safe(" selected")
 
 
 def _reason_field(label="Reason", placeholder=""):
@@ -138,8 +165,8 @@ class AuditFilterForm(forms.Form):
     A value from a link that is not in the list (an operator since removed) is still
     accepted when well-formed."""
 
-    actor = forms.ChoiceField(required=False, label="Actor")
-    verb = forms.ChoiceField(required=False, label="Verb")
+    actor = forms.ChoiceField(required=False, label="Actor", widget=ListSelect)
+    verb = forms.ChoiceField(required=False, label="Verb", widget=ListSelect)
     object = forms.CharField(
         required=False,
         max_length=64,
