@@ -87,8 +87,8 @@ def _due(state: str, limit: int, only=None, now=None) -> tuple[str, dict]:
 # queued → dispatching for the picked rows, in ONE statement: the move (its lease from the
 # tool's timeout, as `lease_for`), the ledger's in_flight, the first attempt and the audit
 # event, returning each row with its tool, principal and tenant. A picked action that presents
-# an approval is left locked and unmoved (`moved` skips it): the approval is consumed by
-# the ORM path below, in the same transaction.
+# an approval is left unmoved (`moved` skips it): the ORM path below locks it again and
+# consumes the approval, in a transaction of its own.
 LEASE_QUEUED = """
 WITH picked AS ({pick}),
 moved AS (
@@ -130,8 +130,9 @@ LEFT JOIN core_tenant tn ON tn.id = m.tenant_id
 
 
 def lease_queued(limit: int, *, only=None, actor: Actor = DISPATCHER) -> list[tuple]:
-    """queued → dispatching for up to `limit` actions, in ONE transaction: their approvals
-    consumed, leases set, first attempts opened, audited. (A runtime claims a run and an
+    """queued → dispatching for up to `limit` actions, in ONE statement (those presenting an
+    approval in one transaction after it): approvals consumed, leases set, first attempts
+    opened, audited. (A runtime claims a run and an
     operator claims an action; a worker leases.) Committed before any byte goes out
     (invariant 1). An action whose approval is no longer valid is blocked instead, never
     dispatched. Returns [(action, attempt)], oldest first.
@@ -161,17 +162,14 @@ def lease_queued(limit: int, *, only=None, actor: Actor = DISPATCHER) -> list[tu
         principal=rows.columns(Principal, "pr"),
         tenant=rows.columns(Tenant, "tn"),
     )
-    leased, approvals = [], []
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            found = cursor.fetchall()
-        for row in found:
-            if row[1] is None:
-                approvals.append(row[0])
-                continue
-            leased.append(_leased(row, now))
-        if approvals:
+    # One statement is its own transaction: no BEGIN and COMMIT round trips around it.
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        found = cursor.fetchall()
+    leased = [_leased(row, now) for row in found if row[1] is not None]
+    if approvals := [row[0] for row in found if row[1] is None]:
+        with transaction.atomic():  # locked again (still queued, nobody else holds them)
+            approvals = queue.lock_due(*_due(ActionState.QUEUED, len(approvals), approvals))
             leased += _lease_presenting_approvals(approvals, actor=actor)
     leased.sort(key=lambda pair: (pair[0].created_at, str(pair[0].pk)))
     return leased
