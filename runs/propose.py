@@ -117,7 +117,6 @@ def _action_propose(
     reason: str = "",
     actor: Actor,
     known=None,
-    inline: bool = False,
 ) -> tuple[Action, bool, bool]:
     """Record a proposed side effect under its idempotency key.
 
@@ -128,9 +127,8 @@ def _action_propose(
     the existing action and dispatches nothing; a different intent raises
     IdempotencyConflict and creates nothing. `known` is what `selectors.propose_lookup`
     already read for this key (the API passes it, so that a hit costs one read); without
-    it the live entry is read here. `inline`: a read_only tool's action will be dispatched
-    by the caller itself, in its own thread (the MCP gateway's pass-through), so no worker
-    is woken for it (a read the caller fails to dispatch waits for the next sweep).
+    it the live entry is read here. (A read that its caller dispatches itself, the MCP
+    gateway's pass-through, is `read_claimed`.)
     """
     if run.status != RunStatus.RUNNING:
         raise RunNotRunning(f"This run is {run.status}; only a running run may propose.")
@@ -153,7 +151,6 @@ def _action_propose(
                 approval_id=approval_id,
                 reason=reason,
                 actor=actor,
-                wake=not inline,
                 **intent,
             ),
             True,
@@ -277,7 +274,6 @@ def _read_action_create(
     approval_id,
     reason: str,
     actor: Actor,
-    wake: bool = True,
 ) -> Action:
     """A read_only tool's action: no approval and no ledger key space.
 
@@ -331,7 +327,7 @@ def _read_action_create(
                 **origin.as_dict(),
             },
         )
-        if state == ActionState.QUEUED and wake:
+        if state == ActionState.QUEUED:
             enqueue_dispatch()
     return action
 
