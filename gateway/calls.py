@@ -19,7 +19,6 @@ import json
 import re
 import time
 import uuid
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -29,16 +28,18 @@ from django.db import connection, transaction
 from django.utils import timezone
 from mcp_types import INVALID_PARAMS
 
-from core.audit import Actor
+from core import rows
+from core.audit import DISPATCHER, Actor
 from core.canonical import canonical_json
 from core.errors import IdempotencyConflict, RunNotRunning
 from core.jsonsafe import problem_in
 from core.models import Tool, ToolEffect, ToolKind
 from runs import origin, selectors
-from runs.engine.dispatch import action_dispatch
+from runs.engine.dispatch import dispatch_leased
+from runs.engine.leases import lease_for
 from runs.engine.mcp import split_arguments, take_answer
 from runs.models import Run
-from runs.propose import action_propose
+from runs.propose import action_propose, read_claimed
 from runs.runtime import run_start
 from runs.states import IN_PROGRESS, ActionState, RunStatus, Trigger
 from runs.waits import WaitRefused, waiters
@@ -197,16 +198,73 @@ def derived_key(run_id, tool: Tool, arguments: dict) -> str:
     return f"mcp:{run_id}:{tool.name}:{digest}"
 
 
-def kept_run(caller: Caller) -> Run:
-    """The run Takeover keeps for this principal and MCP client: the newest running one, or
-    a new one (trigger `mcp`). Kept alive by its calls (a heartbeat at most once a minute),
-    so that the stale-run reaper leaves it alone while the client works."""
-    session = f"mcp:{caller.client or 'unnamed'}"[:255]
+def session_of(caller: Caller) -> str:
+    return f"mcp:{caller.client or 'unnamed'}"[:255]
+
+
+# The tool a call names and, unless the call names its own run, the run Takeover keeps for
+# the caller: one read (the two ORM queries cost more in compilation than in the database).
+TOOL_AND_RUN = f"""
+SELECT {rows.columns(Tool, "t")}, {rows.columns(Run, "r")}
+FROM core_tool t
+LEFT JOIN LATERAL (
+    SELECT * FROM runs_run
+    WHERE %(want_run)s AND principal_id = %(principal)s AND trigger = %(trigger)s
+      AND session_id = %(session)s AND status = %(running)s
+    ORDER BY created_at DESC
+    LIMIT 1
+) r ON true
+WHERE t.tenant_id = %(tenant)s AND t.name = %(name)s
+"""  # noqa: S608 -- column names from the models, no input
+
+
+def tool_and_kept_run(
+    caller: Caller, name: str, *, want_run: bool
+) -> tuple[Tool | None, Run | None]:
+    """The tenant's tool called `name` (None: no such tool) and, when `want_run`, the newest
+    running run Takeover keeps for this principal and MCP client (None: none yet)."""
     principal = caller.principal
-    running = Run.objects.filter(
-        principal=principal, trigger=Trigger.MCP, session_id=session, status=RunStatus.RUNNING
-    )
-    run = running.order_by("-created_at").first()  # the common case: one read
+    with connection.cursor() as cursor:
+        cursor.execute(
+            TOOL_AND_RUN,
+            {
+                "want_run": want_run,
+                "principal": principal.pk,
+                "trigger": Trigger.MCP,
+                "session": session_of(caller),
+                "running": RunStatus.RUNNING,
+                "tenant": principal.tenant_id,
+                "name": name,
+            },
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None, None
+    width = rows.width(Tool)
+    tool = rows.instance(Tool, row[:width])
+    run = rows.instance(Run, row[width:]) if row[width] is not None else None
+    return tool, run
+
+
+def kept_run(caller: Caller, running: Run | None = None) -> Run:
+    """The run Takeover keeps for this principal and MCP client: the newest running one
+    (`running`, when the caller read it already), or a new one (trigger `mcp`). Kept alive
+    by its calls (a heartbeat at most once a minute), so that the stale-run reaper leaves
+    it alone while the client works."""
+    session = session_of(caller)
+    principal = caller.principal
+    if running is None:
+        running = (
+            Run.objects.filter(
+                principal=principal,
+                trigger=Trigger.MCP,
+                session_id=session,
+                status=RunStatus.RUNNING,
+            )
+            .order_by("-created_at")
+            .first()
+        )
+    run = running
     if run is not None:
         run.principal, run.tenant = principal, principal.tenant
         _keep_alive(run)
@@ -428,7 +486,8 @@ def tool_error(text: str) -> dict:
 
 def call_tool(caller: Caller, name: str, arguments: dict | None, meta: dict) -> Outcome:
     """Propose the call as an action, and wait (bounded) for its outcome."""
-    tool = Tool.objects.filter(tenant_id=caller.principal.tenant_id, name=name).first()
+    named = meta.get(RUN_META)
+    tool, running = tool_and_kept_run(caller, name, want_run=not named)
     if tool is None:
         raise CallRefused(f"Unknown tool {name!r}: tools/list names this tenant's tools.")
     key = meta_key(meta)
@@ -437,10 +496,9 @@ def call_tool(caller: Caller, name: str, arguments: dict | None, meta: dict) -> 
         target, desired, version, reason = _intent(tool, arguments)
     except ValueError as exc:
         return Outcome(tool_error(f"Invalid arguments for {name}: {exc}. Nothing was applied."))
-    run = named_run(caller, meta[RUN_META]) if meta.get(RUN_META) else kept_run(caller)
+    run = named_run(caller, named) if named else kept_run(caller, running)
     if tool.effect == ToolEffect.READ_ONLY:
-        with unflushed_commits():
-            return _read(caller, tool, run, key, target, desired, version, reason)
+        return _read(caller, tool, run, key, target, desired, version, reason)
     if key is None:
         key = derived_key(run.pk, tool, arguments)
     try:
@@ -473,43 +531,41 @@ def call_tool(caller: Caller, name: str, arguments: dict | None, meta: dict) -> 
     return Outcome(result_for(resource, replayed=not created, changed=changed))
 
 
-@contextmanager
-def unflushed_commits():
-    """For a read's own records only: commit without waiting for the WAL to reach the disk
-    (`synchronous_commit = off`, on this request's connection, reset after). A crash may
-    lose the record of a read from its last fraction of a second; a read changed nothing,
-    and every side effect's records keep waiting for the flush as always."""
-    with connection.cursor() as cursor:
-        cursor.execute("SET synchronous_commit TO off")
+def _read(caller, tool, run, key, target, desired, version, reason) -> Outcome:
+    """A read_only tool's call passes through: recorded as an action (no ledger key, no
+    approval), proposed and claimed at once (`runs.propose.read_claimed`), dispatched here,
+    in this request's thread, by the engine's own dispatch and settle, and its whole answer
+    handed back. No worker is woken for it and none can take it.
+
+    Its records are committed without waiting for the WAL to reach the disk
+    (`synchronous_commit = off`, set by the claim on this request's connection and reset
+    once the read is settled): a crash may lose the record of a read from its last fraction
+    of a second; a read changed nothing, and every side effect's records keep waiting for
+    the flush as always."""
     try:
-        yield
+        with origin.proposing_from(origin.MCP, caller.client):
+            action, attempt = read_claimed(
+                run=run,
+                tool=tool,
+                target=target,
+                desired_state=desired,
+                expected_version=version,
+                key=key,
+                reason=reason,
+                actor=caller.actor,
+                claimer=DISPATCHER,
+                lease=lease_for(tool),
+                unflushed=True,
+            )
+    except RunNotRunning as exc:
+        return Outcome(tool_error(f"{exc} Start a new run, or leave out {RUN_META!r}."))
+    try:
+        dispatch_leased(action, attempt)
     finally:
         with connection.cursor() as cursor:
             cursor.execute("RESET synchronous_commit")
-
-
-def _read(caller, tool, run, key, target, desired, version, reason) -> Outcome:
-    """A read_only tool's call passes through: recorded as an action (no ledger key, no
-    approval), dispatched here, in this request's thread, by the engine's own claim and
-    settle, and its whole answer handed back. No worker is woken for it; should the
-    sweep's drain claim it first, this waits for that instead."""
-    with origin.proposing_from(origin.MCP, caller.client):
-        action, _, _ = action_propose(
-            run=run,
-            tool=tool,
-            target=target,
-            desired_state=desired,
-            expected_version=version,
-            idempotency_key=key,
-            reason=reason,
-            actor=caller.actor,
-            inline=True,
-        )
-    upstream = None
-    if action.state == ActionState.QUEUED:
-        done = action_dispatch(action.pk)
-        upstream = take_answer(action.pk)
-        if done is not None and done.state == ActionState.SUCCEEDED:
-            return Outcome(_passed_through(done, upstream))
+    upstream = take_answer(action.pk)
+    if action.state == ActionState.SUCCEEDED:
+        return Outcome(_passed_through(action, upstream))
     _, resource = wait_for(caller, action.pk, settings.MCP_CALL_WAIT_SECONDS)
     return Outcome(result_for(resource, replayed=False, changed=False))

@@ -40,6 +40,7 @@ from mcp_types import INVALID_PARAMS as MCP_INVALID_PARAMS
 from takeover_client import signing
 
 from core.logs import traceparent
+from core.models import ToolEffect
 
 from ..states import AttemptOutcome, Verdict
 
@@ -122,26 +123,36 @@ class Lookup:  # as Lookup
     detail: str = ""
 
 
-_client: httpx.Client | None = None
-_client_pid: int | None = None
+_clients: dict[bool, httpx.Client] = {}
+_clients_pid: int | None = None
 
 
-def _http() -> httpx.Client:
+def _http(reuse: bool = False) -> httpx.Client:
     """One client per process, built as the engine's (protocol.py): egress-checked on the
-    resolved address, no proxy from the environment, no keep-alive (so that a connect error
-    still proves "never sent")."""
-    global _client, _client_pid
-    if _client is None or _client_pid != os.getpid():
+    resolved address, no proxy from the environment. With no keep-alive (so that a connect
+    error still proves "never sent") unless `reuse`: for a call with no side effect (a
+    read_only tool's apply, a read or lookup tool), which a stale kept-alive connection
+    could at worst make unknown, and which saves a connection per call (one second idle at
+    most: most servers keep an idle one longer)."""
+    global _clients_pid
+    if _clients_pid != os.getpid():
+        _clients.clear()
+        _clients_pid = os.getpid()
+    if reuse not in _clients:
         from core.egress import egress_client
 
-        _client = egress_client(
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=0)
+        limits = (
+            httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=1)
+            if reuse
+            else httpx.Limits(max_connections=None, max_keepalive_connections=0)
         )
-        _client_pid = os.getpid()
-    return _client
+        _clients[reuse] = egress_client(limits=limits)
+    return _clients[reuse]
 
 
-def rpc(url: str, method: str, params: dict, *, timeout: float, action=None) -> httpx.Response:
+def rpc(
+    url: str, method: str, params: dict, *, timeout: float, action=None, reuse: bool = False
+) -> httpx.Response:
     """POST one JSON-RPC request (httpx errors propagate: the caller classifies them)."""
     body = {"jsonrpc": "2.0", "id": uuid.uuid4().hex[:12], "method": method, "params": params}
     content = json.dumps(body, separators=(",", ":")).encode()
@@ -166,7 +177,7 @@ def rpc(url: str, method: str, params: dict, *, timeout: float, action=None) -> 
             action_id=str(action.pk),
             key=action.idempotency_key,
         )
-    return _http().request("POST", url, content=content, headers=headers, timeout=timeout)
+    return _http(reuse).request("POST", url, content=content, headers=headers, timeout=timeout)
 
 
 def answer(response: httpx.Response) -> dict:
@@ -217,7 +228,12 @@ def call_tool(action) -> CallResult:
     }
     try:
         response = rpc(
-            tool.base_url, "tools/call", params, timeout=tool.timeout_seconds, action=action
+            tool.base_url,
+            "tools/call",
+            params,
+            timeout=tool.timeout_seconds,
+            action=action,
+            reuse=tool.effect == ToolEffect.READ_ONLY,
         )
     except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
         return CallResult(AttemptOutcome.NOT_SENT, detail=f"not sent: {type(exc).__name__}: {exc}")
@@ -255,7 +271,14 @@ def _call_read(action, tool_name: str, arguments: dict) -> dict:
     """One side-effect-free tools/call; its structured result (Unreadable, httpx errors)."""
     tool = action.tool
     params = {"name": tool_name, "arguments": arguments, "_meta": _envelope()}
-    response = rpc(tool.base_url, "tools/call", params, timeout=tool.timeout_seconds, action=action)
+    response = rpc(
+        tool.base_url,
+        "tools/call",
+        params,
+        timeout=tool.timeout_seconds,
+        action=action,
+        reuse=True,
+    )
     message = answer(response)
     if "error" in message:
         raise Unreadable(f"MCP error: {message['error']}"[:300])

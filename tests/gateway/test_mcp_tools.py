@@ -4,6 +4,7 @@ upstream's hints are suggestions an admin confirms."""
 
 import uuid
 
+from core.models import AuditEvent
 from core.services import tool_declare
 from runs.models import Action
 
@@ -77,6 +78,29 @@ def test_a_read_only_mcp_tool_passes_through(world, worker, demo_mcp, mcp_url):
     assert result.is_error is False
     assert result.structured_content["answer"] == {"matches": [], "count": 0}
     assert result.structured_content["idempotency_key"].startswith("read:")
+    # What a read records: the action (no ledger entry, no approval), its one attempt, and
+    # the audit events of each state it went through, proposed by the agent and dispatched
+    # by the engine, under the request that proposed it.
+    action = Action.objects.get(pk=result.structured_content["action_id"])
+    assert action.state == "succeeded" and action.resolution == "applied"
+    assert action.ledger_entry_id is None and action.approval_id is None
+    assert action.effect == "read_only" and action.lease_expires_at is None
+    assert action.origin == "mcp" and action.client == "pytest-agent"
+    assert action.run.trigger == "mcp" and action.target == "nobody-has-this"
+    assert [(a.number, a.outcome, a.http_status) for a in action.attempts.all()] == [
+        (1, "applied", 200)
+    ]
+    events = AuditEvent.objects.filter(object_type="action", object_id=str(action.pk))
+    trail = [
+        (e.verb, e.actor_name, (e.before or {}).get("state"), e.after["state"])
+        for e in events.order_by("at")
+    ]
+    assert trail == [
+        ("action.propose", world.principal.name, None, "queued"),
+        ("action.dispatching", "dispatcher", "queued", "dispatching"),
+        ("action.succeeded", "dispatcher", "dispatching", "succeeded"),
+    ]
+    assert len({e.request_id for e in events}) == 1 and action.request_id
 
 
 def test_register_over_the_api_and_confirm_the_suggestion(world, demo_mcp):

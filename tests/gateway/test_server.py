@@ -24,9 +24,12 @@ def test_list_and_call_an_http_tool_through_mcp(world, worker, mcp_url):
             again = await client.call_tool(
                 "update_ticket", {"target": target, "desired_state": {"status": "closed"}}
             )
-            return listed, result, again
+            search = await client.call_tool(
+                "search_tickets", {"target": "closed ones", "desired_state": {"status": "closed"}}
+            )
+            return listed, result, again, search
 
-    listed, result, again = run(go)
+    listed, result, again, search = run(go)
     tools = {t.name: t for t in listed.tools}
     assert set(tools) == {"update_ticket", "search_tickets"}
     assert tools["search_tickets"].annotations.read_only_hint is True
@@ -39,6 +42,12 @@ def test_list_and_call_an_http_tool_through_mcp(world, worker, mcp_url):
     action = Action.objects.get(pk=result.structured_content["action_id"])
     assert action.origin == "mcp" and action.client == "pytest-agent"
     assert action.run.trigger == "mcp"
+    # A read passes through: succeeded in the call, the tool's answer handed back.
+    assert search.is_error is False, search
+    assert search.structured_content["state"] == "succeeded"
+    assert target in search.structured_content["answer"]["state"]["matches"]
+    read = Action.objects.get(pk=search.structured_content["action_id"])
+    assert read.ledger_entry_id is None and read.run_id == action.run_id
 
 
 def test_one_apply_per_key_however_often_the_call_is_re_issued(world, worker, mcp_url):

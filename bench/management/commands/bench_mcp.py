@@ -53,15 +53,19 @@ class Command(BaseCommand):
             n, c = opts["calls"], opts["clients"]
             out(f"-- {c} clients × {n} calls each, read-only search_tickets")
             web, upstream_pids = stack.procs["web"].pids(), stack.procs["mcp"].pids()
+            # Each side warmed up first (a web process imports its URLs and starts the MCP
+            # SDK on its first call): the CPU counted is the steady state's.
+            mcp.timed_calls(upstream, None, "search_tickets", args, clients=c, calls=0)
             cpu0 = cpu_seconds(upstream_pids)
             direct = mcp.summary(
                 mcp.timed_calls(upstream, None, "search_tickets", args, clients=c, calls=n)
             )
-            cpu1, web0 = cpu_seconds(upstream_pids), cpu_seconds(web)
+            cpu1 = cpu_seconds(upstream_pids)
+            through_url = f"{stack.url}/mcp"
+            mcp.timed_calls(through_url, token, "search_tickets", args, clients=c, calls=0)
+            web0 = cpu_seconds(web)
             through = mcp.summary(
-                mcp.timed_calls(
-                    f"{stack.url}/mcp", token, "search_tickets", args, clients=c, calls=n
-                )
+                mcp.timed_calls(through_url, token, "search_tickets", args, clients=c, calls=n)
             )
             web1 = cpu_seconds(web)
             calls = n + 10  # the warm-up calls count for CPU
