@@ -41,6 +41,7 @@ stops the process at start-up (a Django system check), never at the first call.
 
 from __future__ import annotations
 
+import http.cookiejar
 import ipaddress
 import socket
 from dataclasses import dataclass
@@ -329,11 +330,27 @@ def egress_client(timeout: float | None = None, *, limits: httpx.Limits | None =
 
     trust_env=False: no proxy from the environment may sit between us and the tool (it
     would also bypass the connect-time check). Redirects are not followed: a 3xx is the
-    tool's answer, never a way to point us elsewhere.
+    tool's answer, never a way to point us elsewhere. No cookie jar: what a tool sets is
+    never sent to anyone.
     """
     return httpx.Client(
         timeout=httpx.Timeout(timeout) if timeout is not None else httpx.Timeout(10.0),
         transport=egress_transport(limits),
         trust_env=False,
         follow_redirects=False,
+        cookies=NO_COOKIES,
     )
+
+
+class _NoCookies(http.cookiejar.CookieJar):
+    """Keeps no cookie: a client serves every tenant's tools, so a cookie one tool sets must
+    never ride along on a call to another (of another tenant, on the same host)."""
+
+    def set_cookie(self, cookie):
+        pass
+
+    def extract_cookies(self, response, request):
+        pass
+
+
+NO_COOKIES = _NoCookies()

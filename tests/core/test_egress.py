@@ -249,6 +249,39 @@ def test_the_client_ignores_proxies_and_redirects(downstream, monkeypatch):
         assert client.follow_redirects is False
 
 
+def test_a_cookie_a_tool_sets_is_never_sent_on(settings):
+    """One client serves every tenant's tools: a cookie one tool sets must not ride along
+    on the next call to that host (another tenant's tool, say)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen = []
+
+    class Tool(BaseHTTPRequestHandler):
+        def do_GET(self):
+            seen.append(self.headers.get("Cookie"))
+            self.send_response(200)
+            self.send_header("Set-Cookie", "session=tenant-a-secret; Path=/")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Tool)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/state"
+    try:
+        with egress.egress_client(2) as client:
+            for _ in range(2):
+                assert client.get(url).status_code == 200
+            assert list(client.cookies.jar) == []
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert seen == [None, None]
+
+
 @pytest.fixture(scope="module")
 def second_loopback():
     """A real tool server on 127.0.0.2: reachable, but outside the tests' allowlist."""
