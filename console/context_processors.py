@@ -18,6 +18,24 @@ def scope(request):
     }
 
 
+# Both counts in one query, each reading at most the cap + 1 rows (console.selectors
+# COUNT_CAP). The on-call states are written out, so that the plan can prove the open-queue
+# partial index (open states, not acknowledged) covers them; a test checks they are the
+# on-call states.
+NAV_COUNTS = """
+SELECT
+    (SELECT count(*) FROM (
+        SELECT 1 FROM approvals_approvalrequest
+        WHERE tenant_id = %(tenant)s AND state = %(pending)s AND expires_at > %(now)s
+        LIMIT %(limit)s) pending),
+    (SELECT count(*) FROM (
+        SELECT 1 FROM runs_action
+        WHERE tenant_id = %(tenant)s AND state IN ('unknown', 'needs_human', 'blocked')
+          AND acknowledged_at IS NULL
+        LIMIT %(limit)s) oncall)
+"""
+
+
 class NavCounts:
     """What waits for this operator in the current tenant, per role: pending approval
     requests for an approver, what the on-call queue holds (unknown, needs_human, blocked not
@@ -35,36 +53,25 @@ class NavCounts:
     def _counts(self) -> tuple[int, int]:
         if self.scope is None:
             return 0, 0
-        from django.db.models import Count, OuterRef, Subquery
-        from django.db.models.functions import Coalesce
+        from django.db import connection
         from django.utils import timezone
 
-        from approvals.models import ApprovalRequest, RequestState
-        from core.models import Tenant
-        from runs.models import Action
-        from runs.states import ActionState
+        from approvals.models import RequestState
 
-        def count(qs):
-            return Coalesce(
-                Subquery(qs.order_by().values("tenant").annotate(n=Count("pk")).values("n")), 0
+        from .selectors import COUNT_CAP, AtLeast
+
+        with connection.cursor() as cursor:
+            cursor.execute(
+                NAV_COUNTS,
+                {
+                    "tenant": self.scope.tenant.pk,
+                    "pending": RequestState.PENDING,
+                    "now": timezone.now(),
+                    "limit": COUNT_CAP + 1,
+                },
             )
-
-        pending = ApprovalRequest.objects.filter(
-            tenant=OuterRef("pk"), state=RequestState.PENDING, expires_at__gt=timezone.now()
-        )
-        # The open-queue partial index covers this (state IN open states, not acknowledged).
-        oncall = Action.objects.filter(
-            tenant=OuterRef("pk"),
-            state__in=[ActionState.UNKNOWN, ActionState.NEEDS_HUMAN, ActionState.BLOCKED],
-            acknowledged_at__isnull=True,
-        )
-        row = (
-            Tenant.objects.filter(pk=self.scope.tenant.pk)
-            .annotate(approvals=count(pending), oncall=count(oncall))
-            .values_list("approvals", "oncall")
-            .first()
-        )
-        return row or (0, 0)
+            counts = cursor.fetchone()
+        return tuple(AtLeast(COUNT_CAP) if n > COUNT_CAP else n for n in counts)
 
     @property
     def approvals(self) -> int:

@@ -38,6 +38,7 @@ from .states import (
     IN_PROGRESS,
     RUN,
     ActionState,
+    AttemptKind,
     RunStatus,
     check_declared_move,
     check_move,
@@ -182,6 +183,85 @@ SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM attempt),
        (SELECT count(*) FROM ledger), (SELECT count(*) FROM audited),
        (SELECT count(*) FROM notified)
 """
+
+
+# queued → dispatching for the picked rows, in ONE statement: the move (its lease from the
+# tool's timeout, as `lease_for`), the ledger's in_flight, the first attempt and the audit
+# event, returning each row with its tool, principal and tenant. A picked action that presents
+# an approval is left unmoved (`moved` skips it): the caller locks it again and consumes
+# the approval (runs.engine.leases).
+LEASE_QUEUED = """
+WITH picked AS ({pick}),
+moved AS (
+    UPDATE runs_action a
+    SET state = %(to)s, updated_at = %(now)s,
+        lease_expires_at = %(now)s + make_interval(
+            secs => t.timeout_seconds * %(attempts)s + %(extra)s)
+    FROM picked, core_tool t
+    WHERE a.id = picked.id AND t.id = a.tool_id AND a.state = %(state)s
+      AND a.approval_id IS NULL
+    RETURNING {action}
+),
+ledger AS (
+    UPDATE ledger_ledgerentry e SET status = %(ledger_to)s, updated_at = %(now)s
+    FROM moved m WHERE e.id = m.ledger_entry_id
+),
+attempts AS (
+    INSERT INTO runs_attempt (action_id, number, started_at, outcome, detail, kind)
+    SELECT m.id, 1, %(now)s, '', '', %(kind)s FROM moved m
+    RETURNING id, action_id
+),
+audited AS (
+    INSERT INTO core_auditevent
+        (id, tenant_id, at, actor_kind, actor_name, verb, object_type, object_id,
+         before, after, reason, request_id, client_request_id)
+    SELECT gen_random_uuid(), m.tenant_id, %(now)s, %(actor_kind)s, %(actor_name)s,
+           %(verb)s, 'action', m.id::text, %(before)s, %(after)s, '',
+           coalesce(nullif(m.request_id, ''), %(request_id)s), %(client_request_id)s
+    FROM moved m
+)
+SELECT p.id, x.id, m.*, {tool}, {principal}, {tenant}
+FROM picked p
+LEFT JOIN moved m ON m.id = p.id
+LEFT JOIN attempts x ON x.action_id = m.id
+LEFT JOIN core_tool t ON t.id = m.tool_id
+LEFT JOIN core_principal pr ON pr.id = m.principal_id
+LEFT JOIN core_tenant tn ON tn.id = m.tenant_id
+"""
+
+
+def actions_lease_dispatch(
+    pick: str, params: dict, *, actor: Actor, now, timeouts: int, extra_seconds: float, columns
+) -> list[tuple]:
+    """queued → dispatching for the rows the SELECT `pick` locks (FOR UPDATE SKIP LOCKED,
+    with `params`), in ONE statement, which is its own transaction: each lease lasts
+    `timeouts` times its tool's timeout plus `extra_seconds`. `columns`: the select lists of
+    the action, its tool, principal and tenant (aliases a, t, pr, tn). Rows of (picked id,
+    attempt id or None when it presents an approval and was not moved, *columns)."""
+    check_move(ActionState.QUEUED, ActionState.DISPATCHING)
+    action, tool, principal, tenant = columns
+    sql = LEASE_QUEUED.format(
+        pick=pick, action=action, tool=tool, principal=principal, tenant=tenant
+    )
+    params = {
+        **params,
+        "now": now,
+        "to": ActionState.DISPATCHING,
+        "attempts": timeouts,
+        "extra": extra_seconds,
+        "ledger_to": LEDGER_STATUS_FOR[ActionState.DISPATCHING],
+        "kind": AttemptKind.SEND,
+        "actor_kind": actor.kind,
+        "actor_name": actor.name,
+        "verb": verb_for_state("action", ActionState.DISPATCHING),
+        "before": Jsonb({"state": ActionState.QUEUED}),
+        "after": Jsonb({"state": ActionState.DISPATCHING}),
+        "request_id": request_id_var.get(),
+        "client_request_id": client_request_id_var.get(),
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
 
 
 def action_settle_dispatch(

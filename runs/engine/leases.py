@@ -10,7 +10,6 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
-from psycopg.types.json import Jsonb
 
 from approvals.services import approval_consume
 from core import metrics, queue, rows
@@ -18,15 +17,13 @@ from core.audit import (
     DISPATCHER,
     SWEEPER,
     Actor,
-    client_request_id_var,
     request_id_var,
-    verb_for_state,
 )
 from core.models import Principal, Tenant, Tool
 
 from ..models import Action, Attempt
-from ..moves import LEDGER_STATUS_FOR, action_move, actions_move_batch
-from ..states import ActionState, AttemptKind, AttemptOutcome
+from ..moves import action_move, actions_lease_dispatch, actions_move_batch
+from ..states import ActionState, AttemptOutcome
 
 
 def lease_for(tool) -> timedelta:
@@ -84,51 +81,6 @@ def _due(state: str, limit: int, only=None, now=None) -> tuple[str, dict]:
     return sql, params
 
 
-# queued → dispatching for the picked rows, in ONE statement: the move (its lease from the
-# tool's timeout, as `lease_for`), the ledger's in_flight, the first attempt and the audit
-# event, returning each row with its tool, principal and tenant. A picked action that presents
-# an approval is left unmoved (`moved` skips it): the ORM path below locks it again and
-# consumes the approval, in a transaction of its own.
-LEASE_QUEUED = """
-WITH picked AS ({pick}),
-moved AS (
-    UPDATE runs_action a
-    SET state = %(to)s, updated_at = %(now)s,
-        lease_expires_at = %(now)s + make_interval(
-            secs => t.timeout_seconds * %(attempts)s + %(extra)s)
-    FROM picked, core_tool t
-    WHERE a.id = picked.id AND t.id = a.tool_id AND a.state = %(state)s
-      AND a.approval_id IS NULL
-    RETURNING {action}
-),
-ledger AS (
-    UPDATE ledger_ledgerentry e SET status = %(ledger_to)s, updated_at = %(now)s
-    FROM moved m WHERE e.id = m.ledger_entry_id
-),
-attempts AS (
-    INSERT INTO runs_attempt (action_id, number, started_at, outcome, detail, kind)
-    SELECT m.id, 1, %(now)s, '', '', %(kind)s FROM moved m
-    RETURNING id, action_id
-),
-audited AS (
-    INSERT INTO core_auditevent
-        (id, tenant_id, at, actor_kind, actor_name, verb, object_type, object_id,
-         before, after, reason, request_id, client_request_id)
-    SELECT gen_random_uuid(), m.tenant_id, %(now)s, %(actor_kind)s, %(actor_name)s,
-           %(verb)s, 'action', m.id::text, %(before)s, %(after)s, '',
-           coalesce(nullif(m.request_id, ''), %(request_id)s), %(client_request_id)s
-    FROM moved m
-)
-SELECT p.id, x.id, m.*, {tool}, {principal}, {tenant}
-FROM picked p
-LEFT JOIN moved m ON m.id = p.id
-LEFT JOIN attempts x ON x.action_id = m.id
-LEFT JOIN core_tool t ON t.id = m.tool_id
-LEFT JOIN core_principal pr ON pr.id = m.principal_id
-LEFT JOIN core_tenant tn ON tn.id = m.tenant_id
-"""
-
-
 def lease_queued(limit: int, *, only=None, actor: Actor = DISPATCHER) -> list[tuple]:
     """queued → dispatching for up to `limit` actions, in ONE statement (those presenting an
     approval in one transaction after it): approvals consumed, leases set, first attempts
@@ -139,33 +91,16 @@ def lease_queued(limit: int, *, only=None, actor: Actor = DISPATCHER) -> list[tu
     """
     pick, params = _due(ActionState.QUEUED, limit, only)
     now = timezone.now()
-    params.update(
+    found = actions_lease_dispatch(
+        pick,
+        params,
+        actor=actor,
         now=now,
-        to=ActionState.DISPATCHING,
-        attempts=settings.SAFE_RETRY_LIMIT + 1,
-        extra=settings.SAFE_RETRY_DELAY_SECONDS * settings.SAFE_RETRY_LIMIT
+        timeouts=settings.SAFE_RETRY_LIMIT + 1,
+        extra_seconds=settings.SAFE_RETRY_DELAY_SECONDS * settings.SAFE_RETRY_LIMIT
         + settings.DISPATCH_LEASE_GRACE_SECONDS,
-        ledger_to=LEDGER_STATUS_FOR[ActionState.DISPATCHING],
-        kind=AttemptKind.SEND,
-        actor_kind=actor.kind,
-        actor_name=actor.name,
-        verb=verb_for_state("action", ActionState.DISPATCHING),
-        before=Jsonb({"state": ActionState.QUEUED}),
-        after=Jsonb({"state": ActionState.DISPATCHING}),
-        request_id=request_id_var.get(),
-        client_request_id=client_request_id_var.get(),
+        columns=[rows.columns(m, a) for m, a in LEASED_COLUMNS],
     )
-    sql = LEASE_QUEUED.format(
-        pick=pick,
-        action=rows.columns(Action, "a"),
-        tool=rows.columns(Tool, "t"),
-        principal=rows.columns(Principal, "pr"),
-        tenant=rows.columns(Tenant, "tn"),
-    )
-    # One statement is its own transaction: no BEGIN and COMMIT round trips around it.
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        found = cursor.fetchall()
     leased = [_leased(row, now) for row in found if row[1] is not None]
     if approvals := [row[0] for row in found if row[1] is None]:
         with transaction.atomic():  # locked again (still queued, nobody else holds them)
@@ -175,10 +110,14 @@ def lease_queued(limit: int, *, only=None, actor: Actor = DISPATCHER) -> list[tu
     return leased
 
 
+# What a leased row carries, and the aliases the lease statement gives them.
+LEASED_COLUMNS = [(Action, "a"), (Tool, "t"), (Principal, "pr"), (Tenant, "tn")]
+
+
 def _leased(row, now) -> tuple[Action, Attempt]:
-    """An (action, attempt) pair from a row of LEASE_QUEUED."""
+    """An (action, attempt) pair from a row of `actions_lease_dispatch`."""
     attempt_id, values, parts = row[1], row[2:], []
-    for model in (Action, Tool, Principal, Tenant):
+    for model, _alias in LEASED_COLUMNS:
         width = rows.width(model)
         parts.append(rows.instance(model, values[:width]))
         values = values[width:]

@@ -79,6 +79,30 @@ def test_queue_with_fifty_rows_runs_a_constant_number_of_queries(
     assert len(row_ids(queue_queries(oncall, django_assert_num_queries, QUEUE_QUERIES))) == 50
 
 
+def test_counts_past_the_cap_read_as_at_least(live_db, downstream, monkeypatch):
+    """Counting every open action on every view costs more than the number tells a person:
+    past the cap the queue's counts and the navigation's read "N+"."""
+    monkeypatch.setattr(selectors, "COUNT_CAP", 3)
+    world = make_world(downstream)
+    awaiting_many(world, 5)
+    make_needs_human(world)
+    page = signed_in(world.oncall).get("/").content.decode()
+    assert re.search(r'data-count="blocked">3\+<', page)
+    assert re.search(r'data-count="needs_human">1<', page)
+    assert re.search(r'data-count="total">4\+<', page)
+    assert re.search(r'id="nav-count-queue" data-title-count="3"', page)
+    assert re.search(r"</span>3\+<span class=\"visually-hidden\"> to act on", page)
+
+
+def test_the_navigation_counts_the_queue_states():
+    from console.context_processors import NAV_COUNTS
+
+    named = set(
+        re.search(r"state IN \(([^)]*)\)", NAV_COUNTS).group(1).replace("'", "").split(", ")
+    )
+    assert named == set(selectors.QUEUE_STATES)
+
+
 def test_queue_is_oldest_first_and_pages_by_keyset_without_gaps_or_repeats(live_db, downstream):
     world = make_world(downstream)
     created = [str(a.pk) for a in awaiting_many(world, 120)]

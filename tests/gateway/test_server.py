@@ -18,14 +18,17 @@ def test_list_and_call_an_http_tool_through_mcp(world, worker, mcp_url):
     async def go():
         async with mcp_client(mcp_url, world.agent.token) as client:
             listed = await client.list_tools()
+            # Marked with a field of its own: the demo downstream is shared with other tests,
+            # whose closed tickets would otherwise fill the answer past what an attempt keeps.
+            closed = {"status": "closed", "batch": target}
             result = await client.call_tool(
-                "update_ticket", {"target": target, "desired_state": {"status": "closed"}}
+                "update_ticket", {"target": target, "desired_state": closed}
             )
             again = await client.call_tool(
-                "update_ticket", {"target": target, "desired_state": {"status": "closed"}}
+                "update_ticket", {"target": target, "desired_state": closed}
             )
             search = await client.call_tool(
-                "search_tickets", {"target": "closed ones", "desired_state": {"status": "closed"}}
+                "search_tickets", {"target": "this batch", "desired_state": {"batch": target}}
             )
             return listed, result, again, search
 

@@ -147,11 +147,13 @@ def test_no_comment_cites_an_issue_number():
 # --- every status moves through its one guarded function ------------------------------------
 
 # The guarded moves of every declared machine (docs/design.md, "Other state machines"), and
-# the one SQL statement that settles a dispatch (inside `action_settle_dispatch`).
+# the one SQL statements that lease and settle a dispatch (`actions_lease_dispatch`,
+# `action_settle_dispatch`).
 GUARDED = {
     "action_move",
     "actions_move_batch",
     "action_settle_dispatch",
+    "actions_lease_dispatch",
     "run_move",
     "force_request_close",
     "approval_consume",
