@@ -216,6 +216,17 @@ class OperatorRoleIn(serializers.Serializer):
 MAX_TOKEN_LIFETIME_SECONDS = 5 * 365 * 24 * 3600
 
 
+def token_lifetime() -> StrictFloatField:
+    """A new token's `expires_in_seconds`: a minute at least, five years at most."""
+    return StrictFloatField(
+        required=False,
+        allow_null=True,
+        default=None,
+        min_value=60,
+        max_value=MAX_TOKEN_LIFETIME_SECONDS,
+    )
+
+
 class TokenIn(serializers.Serializer):
     """At most one owner: `principal` (a name in this tenant; admin), or `operator` (your own
     username: nobody receives another person's secret); none: a token for yourself."""
@@ -223,13 +234,7 @@ class TokenIn(serializers.Serializer):
     principal = StrictCharField(required=False, max_length=100)
     operator = StrictCharField(required=False, max_length=150)
     name = StrictCharField(required=False, allow_blank=True, default="", max_length=100)
-    expires_in_seconds = StrictFloatField(
-        required=False,
-        allow_null=True,
-        default=None,
-        min_value=60,
-        max_value=MAX_TOKEN_LIFETIME_SECONDS,
-    )
+    expires_in_seconds = token_lifetime()
 
     def validate(self, data):
         if data.get("principal") and data.get("operator"):
@@ -240,13 +245,7 @@ class TokenIn(serializers.Serializer):
 
 
 class TokenRotateIn(serializers.Serializer):
-    expires_in_seconds = StrictFloatField(
-        required=False,
-        allow_null=True,
-        default=None,
-        min_value=60,
-        max_value=MAX_TOKEN_LIFETIME_SECONDS,
-    )
+    expires_in_seconds = token_lifetime()
     overlap_seconds = StrictFloatField(
         required=False, default=0, min_value=0, max_value=7 * 24 * 3600
     )

@@ -214,13 +214,33 @@ def render_models(document: dict[str, Any]) -> dict[str, str]:
     placed = model_groups(document)
     bodies: dict[str, list[str]] = {"common": [], "resources": []}
     names: dict[str, list[str]] = {group: [] for group in bodies}
-    for name in sorted(components):
-        schema = components[name]
-        if name == "NullEnum" or is_problem(name) or is_request_body(name):
-            continue
-        if "enum" in schema:
-            values = ", ".join(repr(v) for v in schema["enum"] if v is not None)
-            bodies["common"].append(f"{name} = Literal[{values}]\n")
+    enums = {
+        name: [v for v in schema["enum"] if v is not None]
+        for name, schema in sorted(components.items())
+        if "enum" in schema
+        and name != "NullEnum"
+        and not is_problem(name)
+        and not is_request_body(name)
+    }
+    # An enum that begins with all of another's values names that one (`did` is `will` and
+    # one more), which comes first.
+    base_of = {}
+    for name, values in enums.items():
+        prefixes = [
+            other
+            for other, known in enums.items()
+            if 1 < len(known) < len(values) and values[: len(known)] == known
+        ]
+        base_of[name] = max(prefixes, key=lambda other: len(enums[other]), default=None)
+    while len(names["common"]) < len(enums):
+        for name, values in enums.items():
+            base = base_of[name]
+            if name in names["common"] or (base and base not in names["common"]):
+                continue
+            listed = [repr(v) for v in values]
+            if base:
+                listed[: len(enums[base])] = [base]
+            bodies["common"].append(f"{name} = Literal[{', '.join(listed)}]\n")
             names["common"].append(name)
     objects = [
         name
@@ -240,8 +260,7 @@ def render_models(document: dict[str, Any]) -> dict[str, str]:
         group = placed.get(name, "common")
         out = bodies[group]
         names[placed.get(name, "common")].append(name)
-        out.append("\n@dataclass(frozen=True, kw_only=True)")
-        out.append(f"class {name}({parent or 'Model'}):")
+        out.append(f"\nclass {name}({parent or 'Model'}):")
         out.append(docstring(schema.get("description") or f"The `{name}` schema.", "    "))
         if parents[name] and placed.get(parent, "common") != placed.get(name, "common"):
             runtime[placed.get(name, "common")].add(parent)
@@ -270,7 +289,6 @@ def render_models(document: dict[str, Any]) -> dict[str, str]:
         lines = [
             HEADER.format(what=f"The API's resources {where}, typed: one dataclass each."),
             "from __future__ import annotations\n",
-            "from dataclasses import dataclass",
             "from datetime import datetime",
             "from typing import TYPE_CHECKING, Any, Literal\n",
             "from .._model import Model, Page\n",

@@ -19,11 +19,11 @@ resumes the graph where it stopped, in this or any other process: the tool propo
 with the same key, finds its own action (approved, applied exactly once) and the agent ends.
 """
 
-import argparse
 import contextlib
 import json
 import os
 
+import ticket_args
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
@@ -110,21 +110,8 @@ def resume(client: Takeover, run_id: str, checkpointer) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--event", help="the chat message's id (the trigger)")
-    parser.add_argument("--ticket")
-    parser.add_argument(
-        "--tool", default="update_ticket", choices=["update_ticket", "close_ticket"]
-    )
-    parser.add_argument(
-        "--deliveries",
-        type=int,
-        default=1,
-        help="deliver the same message this many times (at-least-once delivery): every "
-        "delivery after the first is answered from Takeover's ledger",
-    )
+    parser = ticket_args.parser(resume_help="resume the graph paused in this run")
     parser.add_argument("--checkpoints", help="a SQLite file for the graph's checkpoints")
-    parser.add_argument("--resume", metavar="RUN", help="resume the graph paused in this run")
     args = parser.parse_args()
     with Takeover(os.environ["TAKEOVER_URL"], os.environ["TAKEOVER_TOKEN"]) as client:
         if args.checkpoints:

@@ -19,12 +19,12 @@ loads the state, approves or rejects the call as the person decided in Takeover,
 the run: the tool proposes again with the same key and finds its own action, applied once.
 """
 
-import argparse
 import asyncio
 import json
 import os
 from pathlib import Path
 
+import ticket_args
 from agents import Agent, Runner, set_tracing_disabled
 from agents.items import ToolCallOutputItem
 from agents.run_state import RunState
@@ -112,21 +112,8 @@ async def resume(client: AsyncTakeover, run_id: str, state_dir: Path) -> dict:
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--event", help="the chat message's id (the trigger)")
-    parser.add_argument("--ticket")
-    parser.add_argument(
-        "--tool", default="update_ticket", choices=["update_ticket", "close_ticket"]
-    )
-    parser.add_argument(
-        "--deliveries",
-        type=int,
-        default=1,
-        help="deliver the same message this many times (at-least-once delivery): every "
-        "delivery after the first is answered from Takeover's ledger",
-    )
+    parser = ticket_args.parser(resume_help="resume the run paused in this run")
     parser.add_argument("--state-dir", type=Path, default=Path("var/agent-states"))
-    parser.add_argument("--resume", metavar="RUN", help="resume the run paused in this run")
     args = parser.parse_args()
     set_tracing_disabled(True)
     async with AsyncTakeover(os.environ["TAKEOVER_URL"], os.environ["TAKEOVER_TOKEN"]) as client:

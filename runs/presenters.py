@@ -74,10 +74,7 @@ def action_resource(
         "expected_version": action.expected_version,
         "idempotency_key": action.idempotency_key,
         "effect": action.effect,
-        "state": action.state,
-        "block_reason": action.block_reason or None,
-        "failure_reason": action.failure_reason or None,
-        "resolution": action.resolution or None,
+        **standing(action),
         "resolution_reason": action.resolution_reason or None,
         "approval_id": str(action.approval_id) if action.approval_id else None,
         "approval_request_id": str(action.approval_request_id)
@@ -100,16 +97,23 @@ def action_resource(
     }
 
 
+def standing(action) -> dict:
+    """Where an action stands: its state and why (a reason not given is null, not blank)."""
+    return {
+        "state": action.state,
+        "block_reason": action.block_reason or None,
+        "failure_reason": action.failure_reason or None,
+        "resolution": action.resolution or None,
+    }
+
+
 def action_summary(action) -> dict:
     return {
         "id": str(action.pk),
         "tool": action.tool.name,
         "target": action.target,
         "idempotency_key": action.idempotency_key,
-        "state": action.state,
-        "block_reason": action.block_reason or None,
-        "failure_reason": action.failure_reason or None,
-        "resolution": action.resolution or None,
+        **standing(action),
         "created_at": _iso(action.created_at),
     }
 

@@ -5,8 +5,6 @@ import time
 
 from django.conf import settings
 from django.http import Http404
-from drf_spectacular.utils import extend_schema
-from rest_framework.decorators import api_view
 from rest_framework.response import Response
 
 from api import resources, schema, serializers
@@ -32,6 +30,7 @@ from .common import (
     page,
     valid,
 )
+from .endpoints import decision_endpoint, endpoint, page_endpoint, post_endpoint
 
 # --- actions ---------------------------------------------------------------------------
 
@@ -47,27 +46,23 @@ def _names_read_only_tool(request, principal) -> bool:
     )
 
 
-@extend_schema(
-    operation_id="actions_propose",
+@endpoint(
+    "POST",
+    "actions_propose",
+    ok(201, resources.ActionOut, "A new action; its `state` and `block_reason` tell the rest."),
+    ok(200, resources.ActionOut, "A ledger hit: the existing action, `replayed: true`."),
+    errors_for(
+        404,
+        409,
+        411,
+        413,
+        415,
+        422,
+        slugs={400: ["validation-error", "idempotency-key-missing"], 409: ["run-not-running"]},
+    ),
     request=serializers.ActionProposeIn,
     parameters=[schema.IDEMPOTENCY_KEY],
-    responses={
-        **ok(
-            201, resources.ActionOut, "A new action; its `state` and `block_reason` tell the rest."
-        ),
-        **ok(200, resources.ActionOut, "A ledger hit: the existing action, `replayed: true`."),
-        **errors_for(
-            404,
-            409,
-            411,
-            413,
-            415,
-            422,
-            slugs={400: ["validation-error", "idempotency-key-missing"], 409: ["run-not-running"]},
-        ),
-    },
 )
-@api_view(["POST"])
 def propose(request, pk):
     principal = require_principal(request)
     # A side-effecting proposal must carry a key (README, "Idempotency keys"). A read_only
@@ -160,9 +155,11 @@ def action_view_for(caller, pk):
     return view
 
 
-@extend_schema(
-    operation_id="actions_retrieve",
-    request=None,
+@endpoint(
+    "GET",
+    "actions_retrieve",
+    ok(200, resources.ActionOut, "The action; with `Retry-After` when a wait was refused."),
+    errors_for(404),
     parameters=[
         schema.query(
             "wait",
@@ -172,12 +169,7 @@ def action_view_for(caller, pk):
             {"type": "number", "minimum": 0, "maximum": 30},
         )
     ],
-    responses={
-        **ok(200, resources.ActionOut, "The action; with `Retry-After` when a wait was refused."),
-        **errors_for(404),
-    },
 )
-@api_view(["GET"])
 def action_detail(request, pk):
     wait = request.query_params.get("wait")
     seconds = 0.0
@@ -206,12 +198,7 @@ def action_detail(request, pk):
     return response
 
 
-@extend_schema(
-    operation_id="actions_reconcile",
-    request=None,
-    responses={**ok(200, resources.ActionOut), **errors_for(404, 409, 411, 413, 415)},
-)
-@api_view(["POST"])
+@decision_endpoint("actions_reconcile", resources.ActionOut, None)
 def action_reconcile(request, pk):
     require_operator(request, Role.ONCALL)
     action = selectors.action_for(request.user, pk, with_history=True)
@@ -221,12 +208,7 @@ def action_reconcile(request, pk):
     )
 
 
-@extend_schema(
-    operation_id="actions_resolve",
-    request=serializers.ResolveIn,
-    responses={**ok(200, resources.ActionOut), **errors_for(404, 409, 411, 413, 415)},
-)
-@api_view(["POST"])
+@decision_endpoint("actions_resolve", resources.ActionOut, serializers.ResolveIn)
 def action_resolve(request, pk):
     require_operator(request, Role.ONCALL)
     action = selectors.action_for(request.user, pk, with_history=True)
@@ -244,11 +226,7 @@ def action_resolve(request, pk):
     )
 
 
-@extend_schema(
-    request=serializers.AcknowledgeIn,
-    responses={**ok(200, resources.ActionOut), **errors_for(404, 409, 411, 413, 415)},
-)
-@api_view(["POST"])
+@decision_endpoint(None, resources.ActionOut, serializers.AcknowledgeIn)
 def action_acknowledge(request, pk):
     """Acknowledge a blocked action (on-call): it leaves the queue, stays findable. 409
     `state-conflict` unless it is blocked and not yet acknowledged."""
@@ -261,13 +239,7 @@ def action_acknowledge(request, pk):
     )
 
 
-@extend_schema(
-    operation_id="idempotency_conflicts_list",
-    request=None,
-    parameters=[schema.CURSOR],
-    responses={**ok(200, schema.page_of(resources.IdempotencyConflictOut)), **errors_for()},
-)
-@api_view(["GET"])
+@page_endpoint("idempotency_conflicts_list", resources.IdempotencyConflictOut)
 def idempotency_conflicts(request):
     """Every proposal refused with 422 idempotency-conflict, newest first (operators)."""
     caller = require_operator(request)
@@ -288,18 +260,13 @@ def idempotency_conflicts(request):
     )
 
 
-@extend_schema(
-    operation_id="queue_list",
-    request=None,
-    parameters=[
-        schema.csv_query("state", "Default: all four.", OPEN_FOR_HUMANS),
-        schema.csv_query("tool", "Only these tools (names).", pattern=schema.TOOL_NAME),
-        schema.query("order", "`oldest` for oldest first (the console's order).", enum=["oldest"]),
-        schema.CURSOR,
-    ],
-    responses={**ok(200, schema.page_of(resources.ActionOut)), **errors_for()},
+@page_endpoint(
+    "queue_list",
+    resources.ActionOut,
+    schema.csv_query("state", "Default: all four.", OPEN_FOR_HUMANS),
+    schema.csv_query("tool", "Only these tools (names).", pattern=schema.TOOL_NAME),
+    schema.query("order", "`oldest` for oldest first (the console's order).", enum=["oldest"]),
 )
-@api_view(["GET"])
 def queue(request):
     caller = require_operator(request)
     states = csv_param(request, "state", OPEN_FOR_HUMANS) or OPEN_FOR_HUMANS
@@ -335,12 +302,7 @@ def _bulk_args(request, serializer):
     )
 
 
-@extend_schema(
-    operation_id="bulk_preview",
-    request=resources.BulkIn,
-    responses={**ok(200, resources.BulkPlanOut), **errors_for(411, 413, 415)},
-)
-@api_view(["POST"])
+@post_endpoint("bulk_preview", resources.BulkPlanOut, resources.BulkIn)
 def bulk_preview(request):
     """What resolving or re-checking these actions, or replaying these runs, would do, item
     by item, without doing any of it. Items the caller cannot see, or may not act on, are
@@ -351,12 +313,7 @@ def bulk_preview(request):
     return Response(bulk.bulk_plan(**args).as_dict())
 
 
-@extend_schema(
-    operation_id="bulk_apply",
-    request=resources.BulkApplyIn,
-    responses={**ok(200, resources.BulkResultOut), **errors_for(409, 411, 413, 415)},
-)
-@api_view(["POST"])
+@post_endpoint("bulk_apply", resources.BulkResultOut, resources.BulkApplyIn, 409)
 def bulk_apply(request):
     """Do what the preview with this `signature` said. 409 `state-conflict` (with the new
     `plan`) when the plan is not that one any more: nothing was done. Each decision is

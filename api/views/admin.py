@@ -8,8 +8,6 @@ from django.contrib.auth import get_user_model
 from django.db.models import Q
 from django.http import Http404
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema
-from rest_framework.decorators import api_view
 from rest_framework.response import Response
 
 import approvals.services
@@ -47,20 +45,16 @@ from .common import (
     page,
     valid,
 )
+from .endpoints import decision_endpoint, endpoint, page_endpoint, post_endpoint
 
 # --- approvals ---------------------------------------------------------------------------
 
 
-@extend_schema(
-    operation_id="approval_requests_list",
-    request=None,
-    parameters=[
-        schema.csv_query("state", "Only requests in these states.", RequestState.values),
-        schema.CURSOR,
-    ],
-    responses={**ok(200, schema.page_of(resources.ApprovalRequestOut)), **errors_for()},
+@page_endpoint(
+    "approval_requests_list",
+    resources.ApprovalRequestOut,
+    schema.csv_query("state", "Only requests in these states.", RequestState.values),
 )
-@api_view(["GET"])
 def approval_requests(request):
     caller = require_operator(request, Role.APPROVER)
     qs = approval_requests_of(caller)
@@ -69,12 +63,9 @@ def approval_requests(request):
     return page(request, qs, presenters.approval_request_dict)
 
 
-@extend_schema(
-    operation_id="approval_requests_grant",
-    request=serializers.GrantIn,
-    responses={**ok(201, resources.ApprovalOut), **errors_for(404, 409, 411, 413, 415)},
+@decision_endpoint(
+    "approval_requests_grant", resources.ApprovalOut, serializers.GrantIn, status=201
 )
-@api_view(["POST"])
 def approval_request_grant(request, pk):
     caller = require_operator(request, Role.APPROVER)
     req = approval_request_for(caller, pk)
@@ -86,12 +77,7 @@ def approval_request_grant(request, pk):
     return Response(presenters.approval_dict(approval), status=201)
 
 
-@extend_schema(
-    operation_id="approval_requests_deny",
-    request=serializers.ReasonIn,
-    responses={**ok(200, resources.ApprovalRequestOut), **errors_for(404, 409, 411, 413, 415)},
-)
-@api_view(["POST"])
+@decision_endpoint("approval_requests_deny", resources.ApprovalRequestOut, serializers.ReasonIn)
 def approval_request_deny(request, pk):
     caller = require_operator(request, Role.APPROVER)
     req = approval_request_for(caller, pk)
@@ -100,19 +86,8 @@ def approval_request_deny(request, pk):
     return Response(presenters.approval_request_dict(approval_request_for(caller, req.pk)))
 
 
-@extend_schema(
-    methods=["GET"],
-    operation_id="approvals_list",
-    parameters=[schema.CURSOR],
-    responses={**ok(200, schema.page_of(resources.ApprovalOut)), **errors_for()},
-)
-@extend_schema(
-    methods=["POST"],
-    operation_id="approvals_create",
-    request=serializers.ApprovalIn,
-    responses={**ok(201, resources.ApprovalOut), **errors_for(411, 413, 415)},
-)
-@api_view(["GET", "POST"])
+@page_endpoint("approvals_list", resources.ApprovalOut)
+@post_endpoint("approvals_create", resources.ApprovalOut, serializers.ApprovalIn, status=201)
 def approvals_collection(request):
     caller = require_operator(request, Role.APPROVER)
     if request.method == "GET":
@@ -145,23 +120,13 @@ def approvals_collection(request):
     return Response(presenters.approval_dict(approval), status=201)
 
 
-@extend_schema(
-    operation_id="approvals_retrieve",
-    request=None,
-    responses={**ok(200, resources.ApprovalOut), **errors_for(404)},
-)
-@api_view(["GET"])
+@endpoint("GET", "approvals_retrieve", ok(200, resources.ApprovalOut), errors_for(404))
 def approval_detail(request, pk):
     caller = require_operator(request, Role.APPROVER)
     return Response(presenters.approval_dict(approval_for(caller, pk)))
 
 
-@extend_schema(
-    operation_id="approvals_revoke",
-    request=serializers.ReasonIn,
-    responses={**ok(200, resources.ApprovalOut), **errors_for(404, 409, 411, 413, 415)},
-)
-@api_view(["POST"])
+@decision_endpoint("approvals_revoke", resources.ApprovalOut, serializers.ReasonIn)
 def approval_revoke(request, pk):
     caller = require_operator(request, Role.APPROVER)
     approval = approval_for(caller, pk)
@@ -175,17 +140,12 @@ def approval_revoke(request, pk):
 # --- ledger, audit, set-up -------------------------------------------------------------------
 
 
-@extend_schema(
-    operation_id="ledger_list",
-    request=None,
-    parameters=[
-        schema.query("key", "Only this Idempotency-Key (every generation)."),
-        schema.query("tool", "Only this tool (name)."),
-        schema.CURSOR,
-    ],
-    responses={**ok(200, schema.page_of(resources.LedgerEntryOut)), **errors_for()},
+@page_endpoint(
+    "ledger_list",
+    resources.LedgerEntryOut,
+    schema.query("key", "Only this Idempotency-Key (every generation)."),
+    schema.query("tool", "Only this tool (name)."),
 )
-@api_view(["GET"])
 def ledger(request):
     caller = require_operator(request, Role.ADMIN)
     params = request.query_params
@@ -193,12 +153,7 @@ def ledger(request):
     return page(request, qs, presenters.ledger_dict)
 
 
-@extend_schema(
-    operation_id="ledger_revoke",
-    request=serializers.ReasonIn,
-    responses={**ok(200, resources.LedgerEntryOut), **errors_for(404, 409, 411, 413, 415)},
-)
-@api_view(["POST"])
+@decision_endpoint("ledger_revoke", resources.LedgerEntryOut, serializers.ReasonIn)
 def ledger_revoke_view(request, pk):
     caller = require_operator(request, Role.ADMIN)
     entry = ledger_entry_for(caller, pk)
@@ -207,18 +162,13 @@ def ledger_revoke_view(request, pk):
     return Response(presenters.ledger_dict(entry))
 
 
-@extend_schema(
-    operation_id="audit_list",
-    request=None,
-    parameters=[
-        schema.query("verb", "A verb (`action.resolve`), or a prefix ending in a dot (`action.`)."),
-        schema.query("actor", "`kind:name` (`operator:alice`) or a bare name."),
-        schema.query("object", "The id of the object the event is about."),
-        schema.CURSOR,
-    ],
-    responses={**ok(200, schema.page_of(resources.AuditEventOut)), **errors_for()},
+@page_endpoint(
+    "audit_list",
+    resources.AuditEventOut,
+    schema.query("verb", "A verb (`action.resolve`), or a prefix ending in a dot (`action.`)."),
+    schema.query("actor", "`kind:name` (`operator:alice`) or a bare name."),
+    schema.query("object", "The id of the object the event is about."),
 )
-@api_view(["GET"])
 def audit(request):
     caller = require_operator(request, Role.ADMIN)
     return page(
@@ -234,19 +184,8 @@ def audit(request):
     )
 
 
-@extend_schema(
-    methods=["GET"],
-    operation_id="tools_list",
-    parameters=[schema.CURSOR],
-    responses={**ok(200, schema.page_of(resources.ToolOut)), **errors_for()},
-)
-@extend_schema(
-    methods=["POST"],
-    operation_id="tools_create",
-    request=serializers.ToolIn,
-    responses={**ok(201, resources.ToolCreatedOut), **errors_for(409, 411, 413, 415)},
-)
-@api_view(["GET", "POST"])
+@page_endpoint("tools_list", resources.ToolOut)
+@post_endpoint("tools_create", resources.ToolCreatedOut, serializers.ToolIn, 409, status=201)
 def tools(request):
     if request.method == "GET":
         caller = request.user
@@ -270,12 +209,7 @@ def get_tool_for(caller, name) -> Tool:
     return tool
 
 
-@extend_schema(
-    operation_id="tools_retrieve",
-    request=None,
-    responses={**ok(200, resources.ToolOut), **errors_for(404)},
-)
-@api_view(["GET"])
+@endpoint("GET", "tools_retrieve", ok(200, resources.ToolOut), errors_for(404))
 def tool_detail(request, name):
     """One tool, by name, with its declarations (`effect`, `lookup`) and who made them; to a
     principal without its `base_url`, as in the list."""
@@ -284,17 +218,13 @@ def tool_detail(request, name):
     return Response(presenters.tool_dict(tool, with_url=not caller.is_principal))
 
 
-@extend_schema(
-    operation_id="tools_rotate_secret",
+@endpoint(
+    "POST",
+    "tools_rotate_secret",
+    ok(201, resources.ToolCreatedOut, "The tool, with its new signing secret, shown this once."),
+    errors_for(404, 411, 413, 415),
     request=serializers.ToolRotateSecretIn,
-    responses={
-        **ok(
-            201, resources.ToolCreatedOut, "The tool, with its new signing secret, shown this once."
-        ),
-        **errors_for(404, 411, 413, 415),
-    },
 )
-@api_view(["POST"])
 def tool_rotate_secret_view(request, name):
     """A new signing secret for the tool (admin, audited as `tool.rotate_secret`). With
     `overlap_seconds`, requests carry a signature with the old secret too until then, so the
@@ -306,15 +236,13 @@ def tool_rotate_secret_view(request, name):
     return Response(presenters.tool_dict(tool, with_secret=True), status=201)
 
 
-@extend_schema(
-    operation_id="tools_declare",
+@endpoint(
+    "POST",
+    "tools_declare",
+    ok(200, resources.ToolOut, "The tool, declaring what it now is."),
+    errors_for(404, 409, 411, 413, 415),
     request=serializers.ToolDeclareIn,
-    responses={
-        **ok(200, resources.ToolOut, "The tool, declaring what it now is."),
-        **errors_for(404, 409, 411, 413, 415),
-    },
 )
-@api_view(["POST"])
 def tool_declaration(request, name):
     """Change what a tool declares it is: `effect` and/or `lookup`, with a `reason`. Admin.
 
@@ -329,12 +257,9 @@ def tool_declaration(request, name):
     return Response(presenters.tool_dict(tool))
 
 
-@extend_schema(
-    operation_id="principals_create",
-    request=serializers.PrincipalIn,
-    responses={**ok(201, resources.PrincipalCreatedOut), **errors_for(409, 411, 413, 415)},
+@post_endpoint(
+    "principals_create", resources.PrincipalCreatedOut, serializers.PrincipalIn, 409, status=201
 )
-@api_view(["POST"])
 def principals(request):
     caller = require_operator(request, Role.ADMIN)
     fields = valid(serializers.PrincipalIn, body_object(request))
@@ -374,23 +299,12 @@ def _expiry(seconds):
     return timezone.now() + timedelta(seconds=seconds) if seconds else None
 
 
-@extend_schema(
-    methods=["GET"],
-    operation_id="tokens_list",
-    request=None,
-    parameters=[
-        schema.query("state", "Only tokens in this state.", enum=["active", "revoked", "expired"]),
-        schema.CURSOR,
-    ],
-    responses={**ok(200, schema.page_of(resources.TokenOut)), **errors_for()},
+@page_endpoint(
+    "tokens_list",
+    resources.TokenOut,
+    schema.query("state", "Only tokens in this state.", enum=["active", "revoked", "expired"]),
 )
-@extend_schema(
-    methods=["POST"],
-    operation_id="tokens_create",
-    request=serializers.TokenIn,
-    responses={**ok(201, resources.TokenCreatedOut), **errors_for(411, 413, 415)},
-)
-@api_view(["GET", "POST"])
+@post_endpoint("tokens_create", resources.TokenCreatedOut, serializers.TokenIn, status=201)
 def tokens(request):
     """Tokens. Any operator lists and issues their own (no owner in the body); an admin lists
     the tenant's and issues a principal's. Nobody receives another operator's secret."""
@@ -446,11 +360,7 @@ def _member(caller, username):
     )
 
 
-@extend_schema(
-    request=serializers.OptionalReasonIn,
-    responses={**ok(200, resources.TokenOut), **errors_for(404, 409, 411, 413, 415)},
-)
-@api_view(["POST"])
+@decision_endpoint(None, resources.TokenOut, serializers.OptionalReasonIn)
 def token_revoke_view(request, pk):
     caller = require_operator(request)
     token = _token_for(caller, pk)
@@ -459,20 +369,17 @@ def token_revoke_view(request, pk):
     return Response(presenters.token_dict(token))
 
 
-@extend_schema(
+@endpoint(
+    "POST",
+    None,
+    ok(201, resources.TokenCreatedOut),
+    ok(200, resources.TokenOut),
+    errors_for(404, 409, 411, 413, 415),
     request=serializers.TokenRotateIn,
-    description=(
-        "Your own token, or (admin) a principal's: 201 with its successor, shown once. "
-        "(Admin) another operator's token: it is revoked at once and there is no successor "
-        "(200, the revoked token): a person's credentials are theirs alone."
-    ),
-    responses={
-        **ok(201, resources.TokenCreatedOut),
-        **ok(200, resources.TokenOut),
-        **errors_for(404, 409, 411, 413, 415),
-    },
+    description="Your own token, or (admin) a principal's: 201 with its successor, shown once. "
+    "(Admin) another operator's token: it is revoked at once and there is no successor "
+    "(200, the revoked token): a person's credentials are theirs alone.",
 )
-@api_view(["POST"])
 def token_rotate_view(request, pk):
     caller = require_operator(request)
     token = _token_for(caller, pk)

@@ -2,8 +2,8 @@
 tenant's settings."""
 
 from django.conf import settings
-from drf_spectacular.utils import OpenApiRequest, OpenApiResponse, extend_schema
-from rest_framework.decorators import api_view, parser_classes
+from drf_spectacular.utils import OpenApiRequest, OpenApiResponse
+from rest_framework.decorators import parser_classes
 from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
 
@@ -32,14 +32,12 @@ from .common import (
     page,
     valid,
 )
+from .endpoints import decision_endpoint, endpoint, page_endpoint, post_endpoint
 
 # --- who am I ---------------------------------------------------------------------------
 
 
-@extend_schema(
-    operation_id="me", request=None, responses={**ok(200, resources.MeOut), **errors_for()}
-)
-@api_view(["GET"])
+@endpoint("GET", "me", ok(200, resources.MeOut), errors_for())
 def me(request):
     caller = request.user
     return Response(
@@ -55,27 +53,23 @@ def me(request):
 # --- runs ------------------------------------------------------------------------------
 
 
-@extend_schema(
-    methods=["GET"],
-    operation_id="runs_list",
-    parameters=[
-        schema.csv_query("status", "Only runs in these statuses.", RunStatus.values),
-        schema.CURSOR,
-    ],
-    responses={**ok(200, schema.page_of(resources.RunOut)), **errors_for()},
+@page_endpoint(
+    "runs_list",
+    resources.RunOut,
+    schema.csv_query("status", "Only runs in these statuses.", RunStatus.values),
 )
-@extend_schema(
-    methods=["POST"],
-    operation_id="runs_start",
+@endpoint(
+    "POST",
+    "runs_start",
+    ok(201, resources.RunDetailOut),
+    errors_for(411, 413, 415),
     request={
         "application/json": serializers.RunStartIn,
         "multipart/form-data": OpenApiRequest(
             resources.RunStartMultipartIn, encoding=resources.RUN_START_ENCODING
         ),
     },
-    responses={**ok(201, resources.RunDetailOut), **errors_for(411, 413, 415)},
 )
-@api_view(["GET", "POST"])
 @parser_classes([StrictJSONParser, MultiPartParser])
 def runs(request):
     if request.method == "GET":
@@ -121,37 +115,31 @@ def runs(request):
     return Response(selectors.run_resource(run), status=201)
 
 
-@extend_schema(
-    operation_id="runs_retrieve",
-    request=None,
-    responses={**ok(200, resources.RunDetailOut), **errors_for(404)},
-)
-@api_view(["GET"])
+@endpoint("GET", "runs_retrieve", ok(200, resources.RunDetailOut), errors_for(404))
 def run_detail(request, pk):
     return Response(selectors.run_resource(selectors.run_for(request.user, pk)))
 
 
-@extend_schema(
-    operation_id="runs_heartbeat",
+@endpoint(
+    "POST",
+    "runs_heartbeat",
+    ok(200, resources.RunOut),
+    errors_for(404, 409, 411, 413, 415, slugs=RUN_409),
     request=None,
-    responses={**ok(200, resources.RunOut), **errors_for(404, 409, 411, 413, 415, slugs=RUN_409)},
 )
-@api_view(["POST"])
 def run_heartbeat(request, pk):
     require_principal(request)
     run = runtime.run_heartbeat(selectors.run_for(request.user, pk), actor=request.user.actor)
     return Response(selectors.run_resource(run, with_actions=False))
 
 
-@extend_schema(
-    operation_id="runs_finish",
+@endpoint(
+    "POST",
+    "runs_finish",
+    ok(200, resources.RunDetailOut),
+    errors_for(404, 409, 411, 413, 415, slugs=RUN_409),
     request=serializers.RunFinishIn,
-    responses={
-        **ok(200, resources.RunDetailOut),
-        **errors_for(404, 409, 411, 413, 415, slugs=RUN_409),
-    },
 )
-@api_view(["POST"])
 def run_finish(request, pk):
     require_principal(request)
     run = selectors.run_for(request.user, pk)
@@ -160,16 +148,14 @@ def run_finish(request, pk):
     return Response(selectors.run_resource(run))
 
 
-@extend_schema(
-    operation_id="runs_claim",
+@endpoint(
+    "POST",
+    "runs_claim",
+    ok(200, resources.RunDetailOut, "The claimed run, now running."),
+    {204: OpenApiResponse(description="No pending run for this principal.")},
+    errors_for(411, 413, 415),
     request=None,
-    responses={
-        **ok(200, resources.RunDetailOut, "The claimed run, now running."),
-        204: OpenApiResponse(description="No pending run for this principal."),
-        **errors_for(411, 413, 415),
-    },
 )
-@api_view(["POST"])
 def run_claim(request):
     principal = require_principal(request)
     run = runtime.run_claim(principal=principal, actor=request.user.actor)
@@ -178,21 +164,19 @@ def run_claim(request):
     return Response(selectors.run_resource(run))
 
 
-@extend_schema(
-    operation_id="runs_replay",
+@endpoint(
+    "POST",
+    "runs_replay",
+    ok(201, resources.RunDetailOut, "The new run (pending), for a runtime to claim."),
+    ok(
+        202,
+        resources.ForceReplayRequestOut,
+        "With the tenant's four-eyes setting, a force that needs one waits for a "
+        "second admin: the waiting force replay request.",
+    ),
+    errors_for(404, 409, 410, 411, 413, 415, slugs={409: ["replay-refused"]}),
     request=serializers.ReplayIn,
-    responses={
-        **ok(201, resources.RunDetailOut, "The new run (pending), for a runtime to claim."),
-        **ok(
-            202,
-            resources.ForceReplayRequestOut,
-            "With the tenant's four-eyes setting, a force that needs one waits for a "
-            "second admin: the waiting force replay request.",
-        ),
-        **errors_for(404, 409, 410, 411, 413, 415, slugs={409: ["replay-refused"]}),
-    },
 )
-@api_view(["POST"])
 def run_replay(request, pk):
     run = selectors.run_for(request.user, pk)
     fields = valid(serializers.ReplayIn, body_object(request) if request.body else {})
@@ -209,16 +193,11 @@ def run_replay(request, pk):
 FORCE_REQUEST_STATES = ["pending", "confirmed", "rejected"]
 
 
-@extend_schema(
-    operation_id="force_replay_requests_list",
-    request=None,
-    parameters=[
-        schema.csv_query("state", "Only requests in these states.", FORCE_REQUEST_STATES),
-        schema.CURSOR,
-    ],
-    responses={**ok(200, schema.page_of(resources.ForceReplayRequestOut)), **errors_for()},
+@page_endpoint(
+    "force_replay_requests_list",
+    resources.ForceReplayRequestOut,
+    schema.csv_query("state", "Only requests in these states.", FORCE_REQUEST_STATES),
 )
-@api_view(["GET"])
 def force_replay_requests(request):
     """Four-eyes force replays, newest first; `?state=pending` for those waiting. Admin."""
     caller = require_operator(request, Role.ADMIN)
@@ -228,14 +207,13 @@ def force_replay_requests(request):
     return page(request, qs, presenters.force_request_dict)
 
 
-@extend_schema(
+@endpoint(
+    "POST",
+    None,
+    ok(201, resources.RunDetailOut),
+    errors_for(404, 409, slugs={409: ["state-conflict"]}),
     request=None,
-    responses={
-        **ok(201, resources.RunDetailOut),
-        **errors_for(404, 409, slugs={409: ["state-conflict"]}),
-    },
 )
-@api_view(["POST"])
 def force_replay_confirm(request, pk):
     """A second admin confirms: 201 with the new run. 409 for the requester themselves."""
     caller = require_operator(request, Role.ADMIN)
@@ -245,11 +223,7 @@ def force_replay_confirm(request, pk):
     return Response(selectors.run_resource(new_run), status=201)
 
 
-@extend_schema(
-    request=serializers.NoteIn,
-    responses={**ok(200, resources.ForceReplayRequestOut), **errors_for(404, 409, 411, 413, 415)},
-)
-@api_view(["POST"])
+@decision_endpoint(None, resources.ForceReplayRequestOut, serializers.NoteIn)
 def force_replay_reject(request, pk):
     caller = require_operator(request, Role.ADMIN)
     fields = valid(serializers.NoteIn, body_object(request) if request.body else {})
@@ -259,19 +233,8 @@ def force_replay_reject(request, pk):
     return Response(presenters.force_request_dict(req))
 
 
-@extend_schema(
-    methods=["GET"],
-    operation_id="settings_retrieve",
-    request=None,
-    responses={**ok(200, resources.TenantSettingsOut), **errors_for()},
-)
-@extend_schema(
-    methods=["POST"],
-    operation_id="settings_update",
-    request=serializers.TenantSettingsIn,
-    responses={**ok(200, resources.TenantSettingsOut), **errors_for(411, 413, 415)},
-)
-@api_view(["GET", "POST"])
+@endpoint("GET", "settings_retrieve", ok(200, resources.TenantSettingsOut), errors_for())
+@post_endpoint("settings_update", resources.TenantSettingsOut, serializers.TenantSettingsIn)
 def tenant_settings(request):
     """The tenant's settings (admin): `four_eyes_force_replay`, `approval_sla_seconds`, and
     the notification thresholds. A POST changes the fields it names."""
@@ -291,13 +254,7 @@ def tenant_settings(request):
     )
 
 
-@extend_schema(
-    operation_id="replays_list",
-    request=None,
-    parameters=[schema.CURSOR],
-    responses={**ok(200, schema.page_of(resources.ReplayOut)), **errors_for()},
-)
-@api_view(["GET"])
+@page_endpoint("replays_list", resources.ReplayOut)
 def replays(request):
     caller = require_operator(request, Role.ADMIN)
     qs = Replay.objects.filter(tenant=caller.tenant)

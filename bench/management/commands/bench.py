@@ -40,39 +40,34 @@ from pathlib import Path
 
 import psycopg
 from django.core.management import call_command
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from django.db import connection, connections
 
 from bench import loadgen, phases
+from bench.own_database import InOwnDatabase
 
 from .bench_queue import database_url
 
 PGBENCH = "pgbench"
 
 
-class Command(BaseCommand):
+class Command(InOwnDatabase):
     help = "End-to-end engine figures against pgbench TPC-B on the same server."
+    knobs = {
+        "effects": 2000,
+        "hits": 2000,
+        "reconcile": 2000,
+        "clients": 4,
+        "workers": 2,
+        "pgbench_seconds": 15,
+    }
+    switches = ("skip_anchor",)
 
-    def add_arguments(self, parser):
-        parser.add_argument("--effects", type=int, default=2000)
-        parser.add_argument("--hits", type=int, default=2000)
-        parser.add_argument("--reconcile", type=int, default=2000)
-        parser.add_argument("--clients", type=int, default=4)
-        parser.add_argument("--workers", type=int, default=2)
-        parser.add_argument("--pgbench-seconds", type=int, default=15)
+    def more_arguments(self, parser):
         parser.add_argument("--skip-queue", action="store_true")
-        parser.add_argument("--skip-anchor", action="store_true")
         parser.add_argument("--skip-audit", action="store_true")
-        parser.add_argument("--inner", action="store_true", help="internal")
 
-    def handle(self, *args, **opts):
-        if opts["inner"]:
-            return self.inner(**opts)
-        argv = []
-        for option in ("effects", "hits", "reconcile", "clients", "workers", "pgbench_seconds"):
-            argv += [f"--{option.replace('_', '-')}", str(opts[option])]
-        if opts["skip_anchor"]:
-            argv.append("--skip-anchor")
+    def outer(self, argv, **opts):
         in_own_database("bench", "e2e", argv, say=self.stdout.write).check_returncode()
         if not opts["skip_queue"]:
             self.stdout.write("\n-- the queue page (bench_queue)")

@@ -11,21 +11,18 @@ each through the whole middleware stack (Django's test client), 5 warm-up reques
 ``--runs`` timed ones over different objects; and the plan of the API's query.
 """
 
-import os
 import statistics
-import subprocess
-import sys
 import time
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand
-from django.db import connection, connections
+from django.db import connection
 from django.test import Client
 
+from bench.own_database import InOwnDatabase
 from core.models import AuditEvent, Membership, Role, Tenant
 from core.selectors import audit_events
 
-from .bench_queue import database_url, filled_tenant
+from .bench_queue import filled_tenant, in_kept_database
 
 BENCH_ADMIN = "bench-audit-admin"
 OBJECTS_PER_EVENT = 5
@@ -46,32 +43,15 @@ FROM generate_series(0, %(n)s - 1) AS g
 """
 
 
-class Command(BaseCommand):
+class Command(InOwnDatabase):
     help = "Time the audit log filtered by one object, with 1,000,000 events in one tenant."
+    knobs = {"events": 1_000_000, "runs": 50}
 
-    def add_arguments(self, parser):
-        parser.add_argument("--events", type=int, default=1_000_000)
-        parser.add_argument("--runs", type=int, default=50)
-        parser.add_argument("--inner", action="store_true", help="internal")
+    def outer(self, argv, **opts):
+        in_kept_database("bench_audit", "audit", argv, say=self.stdout.write)
 
-    def handle(self, *args, events, runs, inner, **options):
-        if inner:
-            return self.bench(events, runs)
-        owner = connections["owner"]
-        name = f"{owner.settings_dict['NAME']}_audit"
-        with owner.cursor() as cursor:
-            cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name])
-            if not cursor.fetchone():
-                self.stdout.write(f"Creating the bench database {name} …")
-                cursor.execute(f'CREATE DATABASE "{name}"')
-        env = {**os.environ, "DATABASE_URL": database_url(owner.settings_dict, name)}
-        manage = [sys.executable, "manage.py"]
-        subprocess.run([*manage, "migrate", "--no-input", "-v0"], env=env, check=True)
-        subprocess.run(
-            [*manage, "bench_audit", "--inner", f"--events={events}", f"--runs={runs}"],
-            env=env,
-            check=True,
-        )
+    def inner(self, *, events, runs, **opts):
+        return self.bench(events, runs)
 
     def bench(self, n_events: int, n_runs: int):
         User = get_user_model()

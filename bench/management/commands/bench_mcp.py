@@ -10,40 +10,29 @@ as an action and passes through in the web request's own thread). Prints p50 and
 each and what Takeover adds; the aim is p99 added ≤ 15 ms. (bench/mcp.py)
 """
 
-import logging
 import os
 import sys
 
-from django.core.management.base import BaseCommand
-
 from bench import mcp
 from bench.loadgen import cpu_seconds
+from bench.own_database import InOwnDatabase
 
 from .bench import in_own_database
 from .soak_mcp import mcp_stack, register
 
 
-class Command(BaseCommand):
+class Command(InOwnDatabase):
     help = "Overhead of a read-only MCP call through Takeover against the upstream directly."
+    knobs = {"calls": 500, "clients": 4}
 
-    def add_arguments(self, parser):
-        parser.add_argument("--calls", type=int, default=500)
-        parser.add_argument("--clients", type=int, default=4)
-        parser.add_argument("--inner", action="store_true", help="internal")
-
-    def handle(self, *args, **opts):
-        if not opts["inner"]:
-            self.stdout.write("-- MCP overhead: a database of its own, migrating")
-            argv = ["--calls", str(opts["calls"]), "--clients", str(opts["clients"])]
-            sys.exit(in_own_database("bench_mcp", "bench_mcp", argv).returncode)
-        self.inner(**opts)
+    def outer(self, argv, **opts):
+        self.stdout.write("-- MCP overhead: a database of its own, migrating")
+        sys.exit(in_own_database("bench_mcp", "bench_mcp", argv).returncode)
 
     def inner(self, **opts):
         from core.audit import SYSTEM
         from core.services import tool_declare
 
-        for name in ("httpx", "httpx2", "mcp"):
-            logging.getLogger(name).setLevel(logging.WARNING)
         out = self.stdout.write
         tenant, token, stack, upstream = mcp_stack("bench-mcp", env={}, say=out)
         try:

@@ -28,10 +28,10 @@ import uuid
 from urllib.parse import quote
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand
 from django.db import connection, connections, transaction
 from django.test import Client
 
+from bench.own_database import InOwnDatabase
 from core.models import Membership, Principal, Role, Tenant, Tool
 from runs.models import Action, Run
 from runs.states import OPEN_FOR_HUMANS
@@ -120,36 +120,37 @@ def filled_tenant(slug, user, role, what, fill, *, say, then=None) -> Tenant:
     return tenant
 
 
-class Command(BaseCommand):
+def in_kept_database(command: str, suffix: str, argv: list[str], *, say) -> None:
+    """Run `manage.py <command> --inner <argv>` on a migrated database of its own
+    (`<your database>_<suffix>`), kept between runs: what it loaded is there next time. The
+    owner creates it when missing (the application's role may not), and the bench runs as
+    that single role in it."""
+    owner = connections["owner"]
+    name = f"{owner.settings_dict['NAME']}_{suffix}"
+    with owner.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name])
+        if not cursor.fetchone():
+            say(f"Creating the bench database {name} …")
+            cursor.execute(f'CREATE DATABASE "{name}"')
+    env = {**os.environ, "DATABASE_URL": database_url(owner.settings_dict, name)}
+    manage = [sys.executable, "manage.py"]
+    subprocess.run([*manage, "migrate", "--no-input", "-v0"], env=env, check=True)
+    subprocess.run([*manage, command, "--inner", *argv], env=env, check=True)
+
+
+class Command(InOwnDatabase):
     help = "Time the console's queue page with 100,000 actions (10,000 open) in a bench database."
+    knobs = {"actions": 100_000, "open": 10_000, "runs": 50}
+    helps = {
+        "runs": "timed requests per page",
+        "inner": "internal: load and time, in the bench database",
+    }
 
-    def add_arguments(self, parser):
-        parser.add_argument("--actions", type=int, default=100_000)
-        parser.add_argument("--open", type=int, default=10_000)
-        parser.add_argument("--runs", type=int, default=50, help="timed requests per page")
-        parser.add_argument(
-            "--inner", action="store_true", help="internal: load and time, in the bench database"
-        )
+    def outer(self, argv, **opts):
+        in_kept_database("bench_queue", "bench", argv, say=self.stdout.write)
 
-    def handle(self, *args, actions, open, runs, inner, **options):
-        if inner:
-            return self.bench(actions, open, runs)
-        # The owner creates the bench database (the application's role may not), and the
-        # bench runs as that single role in it.
-        owner = connections["owner"]
-        bench_name = f"{owner.settings_dict['NAME']}_bench"
-        with owner.cursor() as cursor:
-            cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", [bench_name])
-            exists = cursor.fetchone()
-        if not exists:
-            self.stdout.write(f"Creating the bench database {bench_name} …")
-            with owner.cursor() as cursor:
-                cursor.execute(f'CREATE DATABASE "{bench_name}"')
-        env = {**os.environ, "DATABASE_URL": database_url(owner.settings_dict, bench_name)}
-        manage = [sys.executable, "manage.py"]
-        subprocess.run([*manage, "migrate", "--no-input", "-v0"], env=env, check=True)
-        command = [*manage, "bench_queue", "--inner", f"--actions={actions}", f"--open={open}"]
-        subprocess.run([*command, f"--runs={runs}"], env=env, check=True)
+    def inner(self, *, actions, open, runs, **opts):
+        return self.bench(actions, open, runs)
 
     # --- the inner run, on the bench database ----------------------------------------------
 

@@ -26,42 +26,28 @@ It exits 1 if any invariant is broken.
 
 import sys
 
-from django.core.management.base import BaseCommand
-
 from bench import loadgen, soak
+from bench.own_database import InOwnDatabase
 
 from .bench import in_own_database
 
 
-class Command(BaseCommand):
+class Command(InOwnDatabase):
     help = "Fault-injection soak with killed workers; prints the invariant table."
+    knobs = {
+        "actions": 10_000,
+        "kill_every": 10.0,
+        "refuse_every": 0.0,
+        "workers": 2,
+        "settle": 900.0,
+    }
+    # The tool's declarations. The demo's ticket system is unsafe and answers no lookups;
+    # its outbox (`--prefix email`) deduplicates keys and answers lookups.
+    choices = {"prefix": ["tickets", "email"], "effect": ["unsafe", "idempotent", "read_only"]}
+    switches = ("no_faults", "lookup")
+    helps = {"refuse_every": "0: never"}
 
-    def add_arguments(self, parser):
-        parser.add_argument("--actions", type=int, default=10_000)
-        parser.add_argument("--kill-every", type=float, default=10)
-        parser.add_argument("--refuse-every", type=float, default=0, help="0: never")
-        parser.add_argument("--workers", type=int, default=2)
-        parser.add_argument("--settle", type=float, default=900)
-        parser.add_argument("--no-faults", action="store_true")
-        # The tool's declarations. The demo's ticket system is unsafe and answers
-        # no lookups; its outbox (`--prefix email`) deduplicates keys and answers lookups.
-        parser.add_argument("--prefix", choices=["tickets", "email"], default="tickets")
-        parser.add_argument(
-            "--effect", choices=["unsafe", "idempotent", "read_only"], default="unsafe"
-        )
-        parser.add_argument("--lookup", action="store_true")
-        parser.add_argument("--inner", action="store_true", help="internal")
-
-    def handle(self, *args, **opts):
-        if opts["inner"]:
-            return self.inner(**opts)
-        argv = []
-        for option in ("actions", "kill_every", "refuse_every", "workers", "settle"):
-            argv += [f"--{option.replace('_', '-')}", str(opts[option])]
-        argv += ["--prefix", opts["prefix"], "--effect", opts["effect"]]
-        for flag in ("no_faults", "lookup"):
-            if opts[flag]:
-                argv.append(f"--{flag.replace('_', '-')}")
+    def outer(self, argv, **opts):
         sys.exit(in_own_database("soak", "soak", argv, say=self.stdout.write).returncode)
 
     def inner(self, **opts):

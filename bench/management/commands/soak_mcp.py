@@ -11,15 +11,16 @@ action succeeded by reconciliation (a matching read) or handed to a person, none
 (bench/mcp.py)
 """
 
+import logging
 import sys
 import tempfile
 from pathlib import Path
 
-from django.core.management.base import BaseCommand
 from django.db import connection
 
 from bench import mcp
 from bench.loadgen import Stack
+from bench.own_database import InOwnDatabase
 
 from .bench import in_own_database
 from .bench_queue import database_url
@@ -27,10 +28,13 @@ from .bench_queue import database_url
 
 def mcp_stack(label: str, *, env: dict, say) -> tuple:
     """A fresh tenant and agent, a started stack and the demo MCP server: (tenant, token,
-    stack, upstream /mcp URL). The caller stops the stack."""
+    stack, upstream /mcp URL). The caller stops the stack. The MCP clients' libraries log
+    warnings only (a line per request otherwise)."""
     from core.audit import SYSTEM
     from core.services import principal_create, tenant_create
 
+    for name in ("httpx", "httpx2", "mcp"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     tenant = tenant_create(slug=mcp.new_label(label), actor=SYSTEM)
     _principal, token = principal_create(tenant=tenant, name=f"{label}-agent", actor=SYSTEM)
     work_dir = Path(tempfile.mkdtemp(prefix=f"takeover-{label}-"))
@@ -60,39 +64,23 @@ def register(tenant, name, upstream_url, upstream_tool, target_argument, **optio
     )
 
 
-class Command(BaseCommand):
+class Command(InOwnDatabase):
     help = "MCP cut-stream soak: N calls, each cut after commit; prints effects and settlement."
+    knobs = {"calls": 1000, "clients": 8, "settle": 300.0, "client_cut": 0.3}
+    helps = {
+        "client_cut": "the first try of each call drops its connection after this many seconds "
+        "(0: never)"
+    }
 
-    def add_arguments(self, parser):
-        parser.add_argument("--calls", type=int, default=1000)
-        parser.add_argument("--clients", type=int, default=8)
-        parser.add_argument("--settle", type=float, default=300)
-        parser.add_argument(
-            "--client-cut",
-            type=float,
-            default=0.3,
-            help="the first try of each call drops its connection after this many seconds "
-            "(0: never)",
-        )
-        parser.add_argument("--inner", action="store_true", help="internal")
-
-    def handle(self, *args, **opts):
-        if not opts["inner"]:
-            self.stdout.write("-- soak database: migrating")
-            argv = ["--calls", str(opts["calls"]), "--clients", str(opts["clients"])]
-            argv += ["--client-cut", str(opts["client_cut"])]
-            argv += ["--settle", str(opts["settle"])]
-            sys.exit(in_own_database("soak_mcp", "soak_mcp", argv).returncode)
-        self.inner(**opts)
+    def outer(self, argv, **opts):
+        self.stdout.write("-- soak database: migrating")
+        sys.exit(in_own_database("soak_mcp", "soak_mcp", argv).returncode)
 
     def inner(self, **opts):
-        import logging
         import time
 
         from runs.models import Action
 
-        for name in ("httpx", "httpx2", "mcp"):
-            logging.getLogger(name).setLevel(logging.WARNING)
         out = self.stdout.write
         env = {
             # Answer "in progress" after 2 s, so that slow reconciliations are re-issued too.

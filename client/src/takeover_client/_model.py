@@ -32,10 +32,16 @@ class Unset:
 UNSET: Any = Unset()
 
 
+@typing.dataclass_transform(kw_only_default=True, frozen_default=True)
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Model:
     """A component of the OpenAPI schema. Fields are typed (datetimes parsed, nested objects
-    as models); fields a newer server added are not attributes but stay in `to_dict()`."""
+    as models); fields a newer server added are not attributes but stay in `to_dict()`. Every
+    subclass is itself a frozen dataclass with keyword-only fields."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        dataclasses.dataclass(frozen=True, kw_only=True)(cls)
 
     _json: dict[str, Any] = dataclasses.field(
         default_factory=dict, repr=False, compare=False, init=True
@@ -58,7 +64,6 @@ class Model:
         return copy.deepcopy(self._json)
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
 class Page(Model):
     """One page of a list operation; each list's page names the type of its `results`."""
 

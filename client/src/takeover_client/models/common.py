@@ -4,7 +4,6 @@ Generated from the OpenAPI schema by client/generate.py: do not edit by hand."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
@@ -51,17 +50,6 @@ BulkRecheckEnum = Literal["recheck"]
 BulkReplayEnum = Literal["replay"]
 
 BulkResolveEnum = Literal["resolve"]
-
-DidEnum = Literal[
-    "resolve_succeeded",
-    "resolve_failed",
-    "recheck",
-    "replay",
-    "force_replay",
-    "force_request",
-    "skip",
-    "refused",
-]
 
 EffectEnum = Literal["read_only", "idempotent", "unsafe"]
 
@@ -114,8 +102,9 @@ WillEnum = Literal[
     "skip",
 ]
 
+DidEnum = Literal[WillEnum, "refused"]
 
-@dataclass(frozen=True, kw_only=True)
+
 class ActionSummaryOut(Model):
     """The `ActionSummaryOut` schema."""
 
@@ -130,7 +119,6 @@ class ActionSummaryOut(Model):
     created_at: datetime
 
 
-@dataclass(frozen=True, kw_only=True)
 class ActorOut(Model):
     """The `ActorOut` schema."""
 
@@ -138,7 +126,6 @@ class ActorOut(Model):
     name: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class AttemptOut(Model):
     """The `AttemptOut` schema."""
 
@@ -156,7 +143,6 @@ class AttemptOut(Model):
     """For a resend: the declaration that allowed it."""
 
 
-@dataclass(frozen=True, kw_only=True)
 class AuditEventOut(Model):
     """The `AuditEventOut` schema."""
 
@@ -172,7 +158,6 @@ class AuditEventOut(Model):
     request_id: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class AuthoritativeOut(Model):
     """The `AuthoritativeOut` schema."""
 
@@ -180,7 +165,6 @@ class AuthoritativeOut(Model):
     version: int
 
 
-@dataclass(frozen=True, kw_only=True)
 class BulkItemOut(Model):
     """The `BulkItemOut` schema."""
 
@@ -206,7 +190,6 @@ class BulkItemOut(Model):
     """replay: how many of `keys` would be sent again."""
 
 
-@dataclass(frozen=True, kw_only=True)
 class BulkKeyOut(Model):
     """The `BulkKeyOut` schema."""
 
@@ -221,7 +204,6 @@ class BulkKeyOut(Model):
     state_label: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class DeclarationOut(Model):
     """What a tool declared it is, as it stood when a decision relied on it."""
 
@@ -232,7 +214,6 @@ class DeclarationOut(Model):
     declared_at: datetime | None
 
 
-@dataclass(frozen=True, kw_only=True)
 class DiffOut(Model):
     """The `DiffOut` schema."""
 
@@ -241,7 +222,6 @@ class DiffOut(Model):
     actual: Any
 
 
-@dataclass(frozen=True, kw_only=True)
 class IdempotencyConflictOut(Model):
     """The `IdempotencyConflictOut` schema."""
 
@@ -255,7 +235,6 @@ class IdempotencyConflictOut(Model):
     request_id: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class InputFileOut(Model):
     """The `InputFileOut` schema."""
 
@@ -264,7 +243,6 @@ class InputFileOut(Model):
     sha256: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class ReconciliationOut(Model):
     """The `ReconciliationOut` schema."""
 
@@ -286,7 +264,6 @@ class ReconciliationOut(Model):
     """For a lookup: the declaration that made Takeover ask."""
 
 
-@dataclass(frozen=True, kw_only=True)
 class ReplayOut(Model):
     """The `ReplayOut` schema."""
 
@@ -301,7 +278,6 @@ class ReplayOut(Model):
     at: datetime
 
 
-@dataclass(frozen=True, kw_only=True)
 class ReplayVerdictOut(Model):
     """The `ReplayVerdictOut` schema."""
 
@@ -319,7 +295,6 @@ class ReplayVerdictOut(Model):
     with every call keyed through Takeover."""
 
 
-@dataclass(frozen=True, kw_only=True)
 class ToolMcpOut(Model):
     """The `ToolMcpOut` schema."""
 
@@ -335,7 +310,6 @@ class ToolMcpOut(Model):
     (POST /tools/{name}/declaration)."""
 
 
-@dataclass(frozen=True, kw_only=True)
 class BulkResultItemOut(BulkItemOut):
     """The `BulkResultItemOut` schema."""
 
@@ -345,7 +319,6 @@ class BulkResultItemOut(BulkItemOut):
     new_run: str | None
 
 
-@dataclass(frozen=True, kw_only=True)
 class SafeToolOut(DeclarationOut):
     """What a tool declared it is, as it stood when a decision relied on it."""
 

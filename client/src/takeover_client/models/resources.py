@@ -4,7 +4,6 @@ Generated from the OpenAPI schema by client/generate.py: do not edit by hand."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +13,6 @@ if TYPE_CHECKING:  # annotations only: `Model` resolves them by name
     from . import common
 
 
-@dataclass(frozen=True, kw_only=True)
 class ActionOut(Model):
     """The `ActionOut` schema."""
 
@@ -53,14 +51,12 @@ class ActionOut(Model):
     updated_at: datetime
 
 
-@dataclass(frozen=True, kw_only=True)
 class ActionPage(Page):
     """The `ActionPage` schema."""
 
     results: list[ActionOut]
 
 
-@dataclass(frozen=True, kw_only=True)
 class ApprovalOut(Model):
     """The `ApprovalOut` schema."""
 
@@ -83,14 +79,12 @@ class ApprovalOut(Model):
     revoke_reason: str | None
 
 
-@dataclass(frozen=True, kw_only=True)
 class ApprovalPage(Page):
     """The `ApprovalPage` schema."""
 
     results: list[ApprovalOut]
 
 
-@dataclass(frozen=True, kw_only=True)
 class ApprovalRequestOut(Model):
     """The `ApprovalRequestOut` schema."""
 
@@ -110,21 +104,18 @@ class ApprovalRequestOut(Model):
     reason: str | None
 
 
-@dataclass(frozen=True, kw_only=True)
 class ApprovalRequestPage(Page):
     """The `ApprovalRequestPage` schema."""
 
     results: list[ApprovalRequestOut]
 
 
-@dataclass(frozen=True, kw_only=True)
 class AuditEventPage(Page):
     """The `AuditEventPage` schema."""
 
     results: list[common.AuditEventOut]
 
 
-@dataclass(frozen=True, kw_only=True)
 class BulkPlanOut(Model):
     """The `BulkPlanOut` schema."""
 
@@ -137,7 +128,6 @@ class BulkPlanOut(Model):
     items: list[common.BulkItemOut]
 
 
-@dataclass(frozen=True, kw_only=True)
 class BulkResultOut(Model):
     """The `BulkResultOut` schema."""
 
@@ -145,7 +135,6 @@ class BulkResultOut(Model):
     results: list[common.BulkResultItemOut]
 
 
-@dataclass(frozen=True, kw_only=True)
 class ForceReplayRequestOut(Model):
     """The `ForceReplayRequestOut` schema."""
 
@@ -162,21 +151,18 @@ class ForceReplayRequestOut(Model):
     created_at: datetime
 
 
-@dataclass(frozen=True, kw_only=True)
 class ForceReplayRequestPage(Page):
     """The `ForceReplayRequestPage` schema."""
 
     results: list[ForceReplayRequestOut]
 
 
-@dataclass(frozen=True, kw_only=True)
 class IdempotencyConflictPage(Page):
     """The `IdempotencyConflictPage` schema."""
 
     results: list[common.IdempotencyConflictOut]
 
 
-@dataclass(frozen=True, kw_only=True)
 class LedgerEntryOut(Model):
     """The `LedgerEntryOut` schema."""
 
@@ -196,14 +182,12 @@ class LedgerEntryOut(Model):
     revoked_by: common.ActorOut | None
 
 
-@dataclass(frozen=True, kw_only=True)
 class LedgerEntryPage(Page):
     """The `LedgerEntryPage` schema."""
 
     results: list[LedgerEntryOut]
 
 
-@dataclass(frozen=True, kw_only=True)
 class MeOut(Model):
     """The `MeOut` schema."""
 
@@ -213,7 +197,6 @@ class MeOut(Model):
     roles: list[common.RolesEnum]
 
 
-@dataclass(frozen=True, kw_only=True)
 class PrincipalCreatedOut(Model):
     """The `PrincipalCreatedOut` schema."""
 
@@ -224,14 +207,12 @@ class PrincipalCreatedOut(Model):
     """Shown once; only its hash is stored."""
 
 
-@dataclass(frozen=True, kw_only=True)
 class ReplayPage(Page):
     """The `ReplayPage` schema."""
 
     results: list[common.ReplayOut]
 
 
-@dataclass(frozen=True, kw_only=True)
 class RunOut(Model):
     """The `RunOut` schema."""
 
@@ -254,14 +235,12 @@ class RunOut(Model):
     heartbeat_at: datetime | None
 
 
-@dataclass(frozen=True, kw_only=True)
 class RunPage(Page):
     """The `RunPage` schema."""
 
     results: list[RunOut]
 
 
-@dataclass(frozen=True, kw_only=True)
 class TenantSettingsOut(Model):
     """The `TenantSettingsOut` schema."""
 
@@ -274,7 +253,6 @@ class TenantSettingsOut(Model):
     """0: expiring requests are not notified."""
 
 
-@dataclass(frozen=True, kw_only=True)
 class TokenOut(Model):
     """The `TokenOut` schema."""
 
@@ -292,14 +270,12 @@ class TokenOut(Model):
     rotated_from: str | None
 
 
-@dataclass(frozen=True, kw_only=True)
 class TokenPage(Page):
     """The `TokenPage` schema."""
 
     results: list[TokenOut]
 
 
-@dataclass(frozen=True, kw_only=True)
 class ToolOut(Model):
     """The `ToolOut` schema."""
 
@@ -329,14 +305,12 @@ class ToolOut(Model):
     """An MCP tool's upstream (operators only)."""
 
 
-@dataclass(frozen=True, kw_only=True)
 class ToolPage(Page):
     """The `ToolPage` schema."""
 
     results: list[ToolOut]
 
 
-@dataclass(frozen=True, kw_only=True)
 class RunDetailOut(RunOut):
     """The `RunDetailOut` schema."""
 
@@ -345,7 +319,6 @@ class RunDetailOut(RunOut):
     """What a replay without force would answer."""
 
 
-@dataclass(frozen=True, kw_only=True)
 class TokenCreatedOut(TokenOut):
     """The `TokenCreatedOut` schema."""
 
@@ -353,7 +326,6 @@ class TokenCreatedOut(TokenOut):
     """Shown once; only its hash is stored."""
 
 
-@dataclass(frozen=True, kw_only=True)
 class ToolCreatedOut(ToolOut):
     """The `ToolCreatedOut` schema."""
 
