@@ -18,7 +18,7 @@ def scope(request):
     }
 
 
-# Both counts in one query, each reading at most the cap + 1 rows (console.selectors
+# Both counts in one query, each reading at most the cap + 1 rows (console.counts
 # COUNT_CAP). The on-call states are written out, so that the plan can prove the open-queue
 # partial index (open states, not acknowledged) covers them; a test checks they are the
 # on-call states.
@@ -58,7 +58,7 @@ class NavCounts:
 
         from approvals.models import RequestState
 
-        from .selectors import COUNT_CAP, AtLeast
+        from .counts import COUNT_CAP, AtLeast
 
         with connection.cursor() as cursor:
             cursor.execute(

@@ -11,7 +11,7 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from console import selectors
+from console import counts, selectors
 from runs import decisions
 from runs.models import Action
 from tests.builders import make_world
@@ -82,7 +82,7 @@ def test_queue_with_fifty_rows_runs_a_constant_number_of_queries(
 def test_counts_past_the_cap_read_as_at_least(live_db, downstream, monkeypatch):
     """Counting every open action on every view costs more than the number tells a person:
     past the cap the queue's counts and the navigation's read "N+"."""
-    monkeypatch.setattr(selectors, "COUNT_CAP", 3)
+    monkeypatch.setattr(counts, "COUNT_CAP", 3)
     world = make_world(downstream)
     awaiting_many(world, 5)
     make_needs_human(world)
