@@ -117,6 +117,17 @@ CODE = [
 ]
 
 
+def test_no_source_file_is_over_600_lines():
+    """A file past 600 lines holds more than one idea: give the next one a room."""
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in CODE
+        if "migrations" not in p.parts
+        and (n := len(p.read_text(errors="replace").splitlines())) > 600
+    }
+    assert long == {}
+
+
 def test_no_comment_cites_a_document_outside_the_repository():
     cited = [
         f"{p.relative_to(ROOT)}:{n}"
