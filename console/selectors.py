@@ -155,7 +155,9 @@ def queue_page(filters: QueueFilters, cursor=None, *, size=PAGE_SIZE) -> QueuePa
     """
     now = timezone.now()
     base = _open_actions(filters, now=now)
-    counts = capped_counts({state: base.filter(state=state) for state in QUEUE_STATES})
+    # The on-call states, and the one filtered on when it is another (awaiting approval).
+    states = {*QUEUE_STATES, filters.state} if filters.state else set(QUEUE_STATES)
+    counts = capped_counts({state: base.filter(state=state) for state in sorted(states)})
 
     rows_qs = queue_rows_queryset(filters, base)
     rows, next_cursor = keyset(rows_qs, cursor, size=size)
