@@ -187,14 +187,16 @@ SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM attempt),
 
 # queued → dispatching for the picked rows, in ONE statement: the move (its lease from the
 # tool's timeout, as `lease_for`), the ledger's in_flight, the first attempt and the audit
-# event, returning each row with its tool, principal and tenant. A picked action that presents
+# event, returning each row with its tool, principal and tenant. Their time is never before
+# the proposal's (`now` is taken before the statement picks; a proposal may commit in
+# between), so the audit log reads in order. A picked action that presents
 # an approval is left unmoved (`moved` skips it): the caller locks it again and consumes
 # the approval (runs.engine.leases).
 LEASE_QUEUED = """
 WITH picked AS ({pick}),
 moved AS (
     UPDATE runs_action a
-    SET state = %(to)s, updated_at = %(now)s,
+    SET state = %(to)s, updated_at = greatest(%(now)s, a.updated_at),
         lease_expires_at = %(now)s + make_interval(
             secs => t.timeout_seconds * %(attempts)s + %(extra)s)
     FROM picked, core_tool t
@@ -208,14 +210,14 @@ ledger AS (
 ),
 attempts AS (
     INSERT INTO runs_attempt (action_id, number, started_at, outcome, detail, kind)
-    SELECT m.id, 1, %(now)s, '', '', %(kind)s FROM moved m
+    SELECT m.id, 1, m.updated_at, '', '', %(kind)s FROM moved m
     RETURNING id, action_id
 ),
 audited AS (
     INSERT INTO core_auditevent
         (id, tenant_id, at, actor_kind, actor_name, verb, object_type, object_id,
          before, after, reason, request_id, client_request_id)
-    SELECT gen_random_uuid(), m.tenant_id, %(now)s, %(actor_kind)s, %(actor_name)s,
+    SELECT gen_random_uuid(), m.tenant_id, m.updated_at, %(actor_kind)s, %(actor_name)s,
            %(verb)s, 'action', m.id::text, %(before)s, %(after)s, '',
            coalesce(nullif(m.request_id, ''), %(request_id)s), %(client_request_id)s
     FROM moved m

@@ -101,7 +101,7 @@ def lease_queued(limit: int, *, only=None, actor: Actor = DISPATCHER) -> list[tu
         + settings.DISPATCH_LEASE_GRACE_SECONDS,
         columns=[rows.columns(m, a) for m, a in LEASED_COLUMNS],
     )
-    leased = [_leased(row, now) for row in found if row[1] is not None]
+    leased = [_leased(row) for row in found if row[1] is not None]
     if approvals := [row[0] for row in found if row[1] is None]:
         with transaction.atomic():  # locked again (still queued, nobody else holds them)
             approvals = queue.lock_due(*_due(ActionState.QUEUED, len(approvals), approvals))
@@ -114,7 +114,7 @@ def lease_queued(limit: int, *, only=None, actor: Actor = DISPATCHER) -> list[tu
 LEASED_COLUMNS = [(Action, "a"), (Tool, "t"), (Principal, "pr"), (Tenant, "tn")]
 
 
-def _leased(row, now) -> tuple[Action, Attempt]:
+def _leased(row) -> tuple[Action, Attempt]:
     """An (action, attempt) pair from a row of `actions_lease_dispatch`."""
     attempt_id, values, parts = row[1], row[2:], []
     for model, _alias in LEASED_COLUMNS:
@@ -122,7 +122,7 @@ def _leased(row, now) -> tuple[Action, Attempt]:
         parts.append(rows.instance(model, values[:width]))
         values = values[width:]
     action, action.tool, action.principal, action.tenant = parts
-    attempt = Attempt(pk=attempt_id, action=action, number=1, started_at=now)
+    attempt = Attempt(pk=attempt_id, action=action, number=1, started_at=action.updated_at)
     attempt._state.adding, attempt._state.db = False, connection.alias
     return action, attempt
 
