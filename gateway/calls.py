@@ -246,6 +246,16 @@ def tool_and_kept_run(
     return tool, run
 
 
+def _newest_running(principal, session: str):
+    return (
+        Run.objects.filter(
+            principal=principal, trigger=Trigger.MCP, session_id=session, status=RunStatus.RUNNING
+        )
+        .order_by("-created_at")
+        .first()
+    )
+
+
 def kept_run(caller: Caller, running: Run | None = None) -> Run:
     """The run Takeover keeps for this principal and MCP client: the newest running one
     (`running`, when the caller read it already), or a new one (trigger `mcp`). Kept alive
@@ -254,16 +264,7 @@ def kept_run(caller: Caller, running: Run | None = None) -> Run:
     session = session_of(caller)
     principal = caller.principal
     if running is None:
-        running = (
-            Run.objects.filter(
-                principal=principal,
-                trigger=Trigger.MCP,
-                session_id=session,
-                status=RunStatus.RUNNING,
-            )
-            .order_by("-created_at")
-            .first()
-        )
+        running = _newest_running(principal, session)
     run = running
     if run is not None:
         run.principal, run.tenant = principal, principal.tenant
@@ -276,16 +277,7 @@ def kept_run(caller: Caller, running: Run | None = None) -> Run:
                 "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
                 [f"mcp-run:{principal.pk}:{session}"],
             )
-        run = (
-            Run.objects.filter(
-                principal=principal,
-                trigger=Trigger.MCP,
-                session_id=session,
-                status=RunStatus.RUNNING,
-            )
-            .order_by("-created_at")
-            .first()
-        )
+        run = _newest_running(principal, session)  # again, now that we hold the lock
         if run is None:
             run = run_start(
                 principal=principal,
