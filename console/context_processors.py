@@ -18,24 +18,6 @@ def scope(request):
     }
 
 
-# Both counts in one query, each reading at most the cap + 1 rows (console.counts
-# COUNT_CAP). The on-call states are written out, so that the plan can prove the open-queue
-# partial index (open states, not acknowledged) covers them; a test checks they are the
-# on-call states.
-NAV_COUNTS = """
-SELECT
-    (SELECT count(*) FROM (
-        SELECT 1 FROM approvals_approvalrequest
-        WHERE tenant_id = %(tenant)s AND state = %(pending)s AND expires_at > %(now)s
-        LIMIT %(limit)s) pending),
-    (SELECT count(*) FROM (
-        SELECT 1 FROM runs_action
-        WHERE tenant_id = %(tenant)s AND state IN ('unknown', 'needs_human', 'blocked')
-          AND acknowledged_at IS NULL
-        LIMIT %(limit)s) oncall)
-"""
-
-
 class NavCounts:
     """What waits for this operator in the current tenant, per role: pending approval
     requests for an approver, what the on-call queue holds (unknown, needs_human, blocked not
@@ -53,25 +35,27 @@ class NavCounts:
     def _counts(self) -> tuple[int, int]:
         if self.scope is None:
             return 0, 0
-        from django.db import connection
         from django.utils import timezone
 
-        from approvals.models import RequestState
+        from approvals.models import ApprovalRequest, RequestState
+        from runs.models import Action
 
-        from .counts import COUNT_CAP, AtLeast
+        from .counts import capped_counts
+        from .selectors import QUEUE_STATES
 
-        with connection.cursor() as cursor:
-            cursor.execute(
-                NAV_COUNTS,
-                {
-                    "tenant": self.scope.tenant.pk,
-                    "pending": RequestState.PENDING,
-                    "now": timezone.now(),
-                    "limit": COUNT_CAP + 1,
-                },
-            )
-            counts = cursor.fetchone()
-        return tuple(AtLeast(COUNT_CAP) if n > COUNT_CAP else n for n in counts)
+        tenant = self.scope.tenant
+        counts = capped_counts(
+            {
+                "approvals": ApprovalRequest.objects.filter(
+                    tenant=tenant, state=RequestState.PENDING, expires_at__gt=timezone.now()
+                ),
+                # The open-queue partial index covers this (open states, not acknowledged).
+                "oncall": Action.objects.filter(
+                    tenant=tenant, state__in=QUEUE_STATES, acknowledged_at__isnull=True
+                ),
+            }
+        )
+        return counts["approvals"], counts["oncall"]
 
     @property
     def approvals(self) -> int:

@@ -15,6 +15,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
+from core import rows
 from core.audit import (
     Actor,
     Verb,
@@ -24,6 +25,7 @@ from core.audit import (
     request_id_var,
     verb_for_state,
 )
+from core.models import Principal, Tenant, Tool
 from ledger.models import LedgerStatus
 from ledger.services import ledger_set_status, ledger_set_status_many
 from ledger.states import LEDGER
@@ -232,16 +234,20 @@ LEFT JOIN core_tenant tn ON tn.id = m.tenant_id
 """
 
 
+# What a leased row carries, with the aliases the lease statement gives each table.
+LEASED = [(Action, "a"), (Tool, "t"), (Principal, "pr"), (Tenant, "tn")]
+
+
 def actions_lease_dispatch(
-    pick: str, params: dict, *, actor: Actor, now, timeouts: int, extra_seconds: float, columns
+    pick: str, params: dict, *, actor: Actor, now, timeouts: int, extra_seconds: float
 ) -> list[tuple]:
     """queued → dispatching for the rows the SELECT `pick` locks (FOR UPDATE SKIP LOCKED,
     with `params`), in ONE statement, which is its own transaction: each lease lasts
-    `timeouts` times its tool's timeout plus `extra_seconds`. `columns`: the select lists of
-    the action, its tool, principal and tenant (aliases a, t, pr, tn). Rows of (picked id,
-    attempt id or None when it presents an approval and was not moved, *columns)."""
+    `timeouts` times its tool's timeout plus `extra_seconds`. Rows of (picked id, attempt id
+    or None when it presents an approval and was not moved, then the columns of each of
+    LEASED's models in turn)."""
     check_move(ActionState.QUEUED, ActionState.DISPATCHING)
-    action, tool, principal, tenant = columns
+    action, tool, principal, tenant = (rows.columns(model, alias) for model, alias in LEASED)
     sql = LEASE_QUEUED.format(
         pick=pick, action=action, tool=tool, principal=principal, tenant=tenant
     )

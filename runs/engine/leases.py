@@ -19,10 +19,9 @@ from core.audit import (
     Actor,
     request_id_var,
 )
-from core.models import Principal, Tenant, Tool
 
 from ..models import Action, Attempt
-from ..moves import action_move, actions_lease_dispatch, actions_move_batch
+from ..moves import LEASED, action_move, actions_lease_dispatch, actions_move_batch
 from ..states import ActionState, AttemptOutcome
 
 
@@ -99,7 +98,6 @@ def lease_queued(limit: int, *, only=None, actor: Actor = DISPATCHER) -> list[tu
         timeouts=settings.SAFE_RETRY_LIMIT + 1,
         extra_seconds=settings.SAFE_RETRY_DELAY_SECONDS * settings.SAFE_RETRY_LIMIT
         + settings.DISPATCH_LEASE_GRACE_SECONDS,
-        columns=[rows.columns(m, a) for m, a in LEASED_COLUMNS],
     )
     leased = [_leased(row) for row in found if row[1] is not None]
     if approvals := [row[0] for row in found if row[1] is None]:
@@ -110,14 +108,10 @@ def lease_queued(limit: int, *, only=None, actor: Actor = DISPATCHER) -> list[tu
     return leased
 
 
-# What a leased row carries, and the aliases the lease statement gives them.
-LEASED_COLUMNS = [(Action, "a"), (Tool, "t"), (Principal, "pr"), (Tenant, "tn")]
-
-
 def _leased(row) -> tuple[Action, Attempt]:
     """An (action, attempt) pair from a row of `actions_lease_dispatch`."""
     attempt_id, values, parts = row[1], row[2:], []
-    for model, _alias in LEASED_COLUMNS:
+    for model, _alias in LEASED:
         width = rows.width(model)
         parts.append(rows.instance(model, values[:width]))
         values = values[width:]

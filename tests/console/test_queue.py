@@ -94,15 +94,6 @@ def test_counts_past_the_cap_read_as_at_least(live_db, downstream, monkeypatch):
     assert re.search(r"</span>3\+<span class=\"visually-hidden\"> to act on", page)
 
 
-def test_the_navigation_counts_the_queue_states():
-    from console.context_processors import NAV_COUNTS
-
-    named = set(
-        re.search(r"state IN \(([^)]*)\)", NAV_COUNTS).group(1).replace("'", "").split(", ")
-    )
-    assert named == set(selectors.QUEUE_STATES)
-
-
 def test_queue_is_oldest_first_and_pages_by_keyset_without_gaps_or_repeats(live_db, downstream):
     world = make_world(downstream)
     created = [str(a.pk) for a in awaiting_many(world, 120)]
