@@ -111,7 +111,9 @@ class Command(InOwnDatabase):
             reconciled = None
             if opts["reconcile"]:
                 out(f"-- {opts['reconcile']} unknowns to reconcile")
+                meter = phases.Meter(stack, postmaster)
                 reconciled = phases.reconcile(stack, agent, opts["reconcile"], clients)
+                reconciled["costs"] = meter.read()
         finally:
             stack.stop()
 
@@ -122,20 +124,21 @@ class Command(InOwnDatabase):
             p50, p99 = loadgen.percentile(xs, 0.5), loadgen.percentile(xs, 0.99)
             return f"{p50 * 1e3:.1f} / {p99 * 1e3:.1f} ms"
 
-        rows = [
-            ("pgbench TPC-B", f"{tps:,.0f} tps", "1"),
-            ("effects/s end to end", f"{eps:,.1f}", f"{eps / tps:.3f} × TPC-B"),
-            ("ledger hits/s", f"{hps:,.1f}", f"{hps / tps:.3f} × TPC-B"),
-            ("propose latency p50 / p99", p50_99(latencies), ""),
-            ("effect latency p50 / p99", p50_99(whole), ""),
-            ("ledger hit latency p50 / p99", p50_99(hit_latencies), ""),
-            *[(f"  {step} p50 / p99", p50_99(xs), "") for step, xs in hand.items()],
-            ("write transactions per effect", f"{costs['xids'] / n:.2f}", ""),
-            ("WAL per effect", f"{costs['wal'] / n / 1024:.1f} KB", ""),
-            ("broker depth, highest", f"{depth.max}", f"{depth.samples} samples"),
-        ]
-        for part, seconds in costs["cpu"].items():
-            rows.append((f"CPU per effect: {part}", f"{seconds / n * 1000:.2f} ms", ""))
+        rows = [("pgbench TPC-B", f"{tps:,.0f} tps", "1")]
+        if n:  # `--effects 0` measures the other phases alone
+            rows += [
+                ("effects/s end to end", f"{eps:,.1f}", f"{eps / tps:.3f} × TPC-B"),
+                ("ledger hits/s", f"{hps:,.1f}", f"{hps / tps:.3f} × TPC-B"),
+                ("propose latency p50 / p99", p50_99(latencies), ""),
+                ("effect latency p50 / p99", p50_99(whole), ""),
+                ("ledger hit latency p50 / p99", p50_99(hit_latencies), ""),
+                *[(f"  {step} p50 / p99", p50_99(xs), "") for step, xs in hand.items()],
+                ("write transactions per effect", f"{costs['xids'] / n:.2f}", ""),
+                ("WAL per effect", f"{costs['wal'] / n / 1024:.1f} KB", ""),
+                ("broker depth, highest", f"{depth.max}", f"{depth.samples} samples"),
+            ]
+            for part, seconds in costs["cpu"].items():
+                rows.append((f"CPU per effect: {part}", f"{seconds / n * 1000:.2f} ms", ""))
         if reconciled:
             r = reconciled
             rows.append(
@@ -152,6 +155,11 @@ class Command(InOwnDatabase):
                     f"{r['count']} unknowns",
                 )
             )
+            m = r["costs"]
+            rows.append(("  write transactions per unknown", f"{m['xids'] / r['count']:.2f}", ""))
+            for part, seconds in m["cpu"].items():
+                per = seconds / r["count"] * 1000
+                rows.append((f"  CPU per unknown: {part}", f"{per:.2f} ms", ""))
         if anchor:
             rows.append(
                 (
