@@ -282,15 +282,22 @@ def action_settle_dispatch(
     detail: str,
     actor: Actor,
     reason: str,
+    read_lease=None,
     **fields,
 ) -> bool:
     """dispatching → `to`, with the attempt closed, in one statement. False when the action
     is no longer dispatching (or its attempt was already closed by the sweeper): nothing
-    was written, and the caller records the late answer its own way."""
+    was written, and the caller records the late answer its own way.
+
+    An unknown outcome is due a read at once; `read_lease` (a timedelta): the caller reads
+    it itself, so the read is leased to it in this statement (`next_reconcile_at` pushed
+    past the reads, as `leases.lease_unknown` would) and no other worker reads it too."""
     check_move(ActionState.DISPATCHING, to)
     LEDGER.check(LEDGER_STATUS_FOR[ActionState.DISPATCHING], LEDGER_STATUS_FOR[to])
     now = timezone.now()
-    next_reconcile_at = now if to == ActionState.UNKNOWN else None
+    next_reconcile_at = None
+    if to == ActionState.UNKNOWN:
+        next_reconcile_at = now if read_lease is None else now + read_lease
     with connection.cursor() as cursor:
         cursor.execute(
             SETTLE_SQL,
@@ -327,6 +334,113 @@ def action_settle_dispatch(
     for name, value in fields.items():
         setattr(action, name, value)
     return True
+
+
+# unknown → settled on a read that proves the outcome (the authoritative state matches, or
+# the tool reports it applied the key), in ONE statement: the read recorded, the move, the
+# ledger mirrored, the audit event written and `?wait` listeners told, all or nothing. The
+# rules stay where they were: `check_move` below and the conditional `state = 'unknown'`
+# (a person may have resolved it meanwhile: then nothing here happens and the caller
+# records the read its own way). Times are never before the action's last move, so the
+# audit log reads in order.
+RECONCILED_SQL = """
+WITH moved AS (
+    UPDATE runs_action a
+    SET state = %(to)s, updated_at = greatest(%(now)s, a.updated_at),
+        resolution = %(resolution)s, next_reconcile_at = NULL
+    WHERE a.id = %(action)s AND a.state = %(source)s
+    RETURNING a.id, a.tenant_id, a.ledger_entry_id, a.expected_version, a.updated_at
+), recorded AS (
+    INSERT INTO runs_reconciliation
+        (action_id, at, authoritative, verdict, diff, expected_version, actual_version,
+         detail, actor, kind, declaration)
+    SELECT id, updated_at, %(authoritative)s, %(verdict)s, %(diff)s, expected_version,
+           %(actual_version)s, %(detail)s, %(actor)s, %(kind)s, %(declaration)s
+    FROM moved
+    RETURNING id
+), ledger AS (
+    UPDATE ledger_ledgerentry e SET status = %(ledger_status)s, updated_at = m.updated_at
+    FROM moved m WHERE e.id = m.ledger_entry_id AND %(ledger_moves)s
+    RETURNING e.id
+), audited AS (
+    INSERT INTO core_auditevent
+        (id, tenant_id, at, actor_kind, actor_name, verb, object_type, object_id,
+         before, after, reason, request_id, client_request_id)
+    SELECT %(audit_id)s, tenant_id, updated_at, %(actor_kind)s, %(actor_name)s, %(verb)s,
+           'action', id::text, %(before)s, %(after)s, %(reason)s, %(request_id)s,
+           %(client_request_id)s
+    FROM moved
+    RETURNING id
+), notified AS (
+    SELECT pg_notify(%(channel)s, id::text) FROM moved
+)
+SELECT m.updated_at, (SELECT count(*) FROM recorded), (SELECT count(*) FROM ledger),
+       (SELECT count(*) FROM audited), (SELECT count(*) FROM notified)
+FROM moved m
+"""
+
+
+def action_settle_reconciled(
+    action: Action,
+    *,
+    to: str,
+    read: dict,
+    actor: Actor,
+    reason: str,
+    **fields,
+) -> bool:
+    """unknown → `to` (succeeded: `resolution` in `fields`) with the read that proved it
+    recorded, in one statement. `read`: the Reconciliation's own fields (`authoritative`,
+    `verdict`, `diff`, `actual_version`, `detail`, `kind`, `declaration`). False when the
+    action is no longer unknown: nothing was written."""
+    source = ActionState.UNKNOWN
+    check_move(source, to)
+    assert to not in IN_PROGRESS and to != ActionState.NEEDS_HUMAN, "alerts go through action_move"
+    ledger_from, ledger_to = LEDGER_STATUS_FOR[source], LEDGER_STATUS_FOR[to]
+    if ledger_from != ledger_to:
+        LEDGER.check(ledger_from, ledger_to)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            RECONCILED_SQL,
+            {
+                "now": timezone.now(),
+                "to": to,
+                "source": source,
+                "action": action.pk,
+                "resolution": fields.get("resolution", ""),
+                "authoritative": _jsonb(read.get("authoritative")),
+                "verdict": read["verdict"],
+                "diff": Jsonb(read.get("diff", [])),
+                "actual_version": read.get("actual_version"),
+                "detail": read.get("detail", ""),
+                "actor": Jsonb(actor.as_dict()),
+                "kind": read["kind"],
+                "declaration": _jsonb(read.get("declaration")),
+                "ledger_status": ledger_to,
+                "ledger_moves": ledger_from != ledger_to,
+                "audit_id": uuid.uuid4(),
+                "actor_kind": actor.kind,
+                "actor_name": actor.name,
+                "verb": verb_for_state("action", to),
+                "before": Jsonb({"state": source}),
+                "after": Jsonb(_after(to, fields)),
+                "reason": reason,
+                "request_id": request_id_var.get(),
+                "client_request_id": client_request_id_var.get(),
+                "channel": CHANNEL,
+            },
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    action.state, action.updated_at, action.next_reconcile_at = to, row[0], None
+    for name, value in fields.items():
+        setattr(action, name, value)
+    return True
+
+
+def _jsonb(value):
+    return None if value is None else Jsonb(value)
 
 
 def _after(to: str, fields: dict) -> dict:

@@ -36,6 +36,19 @@ def lease_for(tool) -> timedelta:
     return timedelta(seconds=seconds)
 
 
+def read_lease_for(tool) -> timedelta:
+    """Worst case for one unknown's reads: every state read times out, with the pauses
+    between them, and a lookup tool is also asked once for its own record of the key, plus
+    grace. (`lease_unknown` computes the same in SQL for the rows it leases.)"""
+    reads = settings.RECONCILE_READ_ATTEMPTS + int(tool.lookup)
+    seconds = (
+        settings.RECONCILE_LEASE_GRACE_SECONDS
+        + settings.RECONCILE_READ_INTERVAL_SECONDS * settings.RECONCILE_READ_ATTEMPTS
+        + tool.timeout_seconds * reads
+    )
+    return timedelta(seconds=seconds)
+
+
 def resend_lease_for(tool) -> timedelta:
     """A resend is one attempt (no safe retry inside it), plus grace."""
     return timedelta(seconds=tool.timeout_seconds + settings.DISPATCH_LEASE_GRACE_SECONDS)
@@ -177,7 +190,7 @@ def lease_unknown(limit: int, *, only=None) -> list:
     def hold(ids):
         with connection.cursor() as cursor:
             cursor.execute(
-                # A lookup tool is also asked once for its own record of the key.
+                # As `read_lease_for`, per row's tool.
                 "UPDATE runs_action a SET next_reconcile_at = %s + make_interval("
                 "secs => %s + t.timeout_seconds * (%s + t.lookup::int)) FROM core_tool t "
                 "WHERE a.id = ANY(%s) AND t.id = a.tool_id",

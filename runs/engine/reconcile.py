@@ -18,7 +18,7 @@ from core.audit import DISPATCHER, RECONCILER, Actor, Verb, audit
 from ledger.services import ledger_hold_live
 
 from ..models import Action, Attempt, Reconciliation
-from ..moves import action_move
+from ..moves import action_move, action_settle_reconciled
 from ..states import (
     ACTION_RESENDS,
     RESEND_EFFECTS,
@@ -47,6 +47,12 @@ def action_reconcile(action_id, *, actor: Actor = RECONCILER) -> Action:
 
 def reconcile_leased(action_id, *, actor: Actor = RECONCILER, manual: bool = False) -> Action:
     action = Action.objects.select_related("tool", "tenant", "principal").get(pk=action_id)
+    return reconcile_loaded(action, actor=actor, manual=manual)
+
+
+def reconcile_loaded(action: Action, *, actor: Actor = RECONCILER, manual: bool = False):
+    """`reconcile_leased` for an action already in hand as its row stands (with its tool,
+    tenant and principal): the dispatching thread's own, just settled unknown."""
     with action_log_context(action, "takeover.reconcile"):
         return _reconcile_declared(action, actor=actor, manual=manual)
 
@@ -92,6 +98,24 @@ def _record_lookup(action: Action, found: Lookup, *, actor: Actor) -> Action:
         action.target,
         found.verdict,
     )
+    applied = f"the tool reports it applied key {action.idempotency_key} "
+    applied += "(lookup; declared lookup: true)"
+    if found.verdict == Verdict.LOOKUP_APPLIED and _settled_on_read(
+        action,
+        {
+            "kind": ReadKind.LOOKUP,
+            "authoritative": None
+            if found.state is None
+            else {"state": found.state, "version": found.version},
+            "verdict": found.verdict,
+            "actual_version": found.version,
+            "detail": found.detail,
+            "declaration": declaration,
+        },
+        actor=actor,
+        reason=applied,
+    ):
+        return action
     with transaction.atomic():
         locked = Action.objects.select_for_update(no_key=True).get(pk=action.pk)
         locked.tool = action.tool
@@ -117,8 +141,7 @@ def _record_lookup(action: Action, found: Lookup, *, actor: Actor) -> Action:
                 locked,
                 ActionState.SUCCEEDED,
                 actor=actor,
-                reason=f"the tool reports it applied key {locked.idempotency_key} "
-                "(lookup; declared lookup: true)",
+                reason=applied,
                 resolution=Resolution.RECONCILED,
                 next_reconcile_at=None,
             )
@@ -251,12 +274,26 @@ def _reconcile(
     logger.info(
         "action %s (%s → %s) reconciled: %s", action_id, action.tool.name, action.target, verdict
     )
+    authoritative = None if read.verdict else {"state": read.state, "version": read.version}
+    if verdict == Verdict.MATCH and _settled_on_read(
+        action,
+        {
+            "kind": ReadKind.STATE,
+            "authoritative": authoritative,
+            "verdict": verdict,
+            "actual_version": read.version,
+            "detail": read.detail,
+        },
+        actor=actor,
+        reason=MATCHED,
+    ):
+        return action
     with transaction.atomic():
         action = Action.objects.select_for_update(no_key=True).get(pk=action_id)
         Reconciliation.objects.create(
             action=action,
             at=timezone.now(),
-            authoritative=None if read.verdict else {"state": read.state, "version": read.version},
+            authoritative=authoritative,
             verdict=verdict,
             diff=diff,
             expected_version=action.expected_version,
@@ -278,7 +315,7 @@ def _reconcile(
                 action,
                 ActionState.SUCCEEDED,
                 actor=actor,
-                reason="authoritative state matches the desired state and version",
+                reason=MATCHED,
                 resolution=Resolution.RECONCILED,
                 next_reconcile_at=None,
             )
@@ -312,6 +349,26 @@ def _reconcile(
             )
         action.refresh_from_db()
     return action
+
+
+MATCHED = "authoritative state matches the desired state and version"
+
+
+def _settled_on_read(action: Action, read: dict, *, actor: Actor, reason: str) -> bool:
+    """An unknown action whose read proves it applied: succeeded (reconciled) with the read
+    recorded, in one statement (`moves.action_settle_reconciled`). False, with nothing
+    written, when it is no longer unknown (a person resolved it, a re-check of needs_human):
+    the caller records the read against the state it finds."""
+    if action.state != ActionState.UNKNOWN:
+        return False
+    return action_settle_reconciled(
+        action,
+        to=ActionState.SUCCEEDED,
+        read=read,
+        actor=actor,
+        reason=reason,
+        resolution=Resolution.RECONCILED,
+    )
 
 
 def _backoff(failures: int) -> timedelta:

@@ -15,8 +15,8 @@ from notifications.delivery import deliver_leased, lease_deliveries
 from ..states import ActionState
 from ..wakeup import wake_workers, wakeup_taken
 from .dispatch import dispatch_leased
-from .leases import lease_queued, lease_unknown
-from .reconcile import reconcile_leased
+from .leases import lease_queued, lease_unknown, read_lease_for
+from .reconcile import reconcile_leased, reconcile_loaded
 
 logger = logging.getLogger(__name__)
 
@@ -86,14 +86,13 @@ def dispatch_pool() -> DispatchPool:
 
 def dispatch_then_read(action, attempt) -> None:
     """A pool job: dispatch a leased action, and when its answer was lost (unknown), read it
-    at once in this thread, leased as any reader leases it: its reconciliation is due now,
-    and waking every worker to race for it costs more than the read."""
-    if dispatch_leased(action, attempt, wake=False) != ActionState.UNKNOWN:
-        return
-    if lease_unknown(1, only=[action.pk]):
-        reconcile_leased(action.pk)
-    else:  # not due yet (a resend's backoff, say), or a peer has it: the usual wake-up
-        wake_workers()
+    at once in this thread: its reconciliation is due now, and waking every worker to race
+    for it costs more than the read. The settle that records the unknown also leases its
+    read to this thread (as `lease_unknown` would), so no peer reads it meanwhile; if this
+    thread dies, the read is due again when that lease runs out."""
+    lease = read_lease_for(action.tool)
+    if dispatch_leased(action, attempt, read_lease=lease) == ActionState.UNKNOWN:
+        reconcile_loaded(action)
 
 
 def drain(
