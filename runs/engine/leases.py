@@ -123,15 +123,21 @@ def lease_queued(limit: int, *, only=None, actor: Actor = DISPATCHER) -> list[tu
 
 def _leased(row) -> tuple[Action, Attempt]:
     """An (action, attempt) pair from a row of `actions_lease_dispatch`."""
-    attempt_id, values, parts = row[1], row[2:], []
+    attempt_id, action = row[1], _loaded(row[2:])
+    attempt = Attempt(pk=attempt_id, action=action, number=1, started_at=action.updated_at)
+    attempt._state.adding, attempt._state.db = False, connection.alias
+    return action, attempt
+
+
+def _loaded(values) -> Action:
+    """An action with its tool, principal and tenant, from the columns of LEASED's models."""
+    parts = []
     for model, _alias in LEASED:
         width = rows.width(model)
         parts.append(rows.instance(model, values[:width]))
         values = values[width:]
     action, action.tool, action.principal, action.tenant = parts
-    attempt = Attempt(pk=attempt_id, action=action, number=1, started_at=action.updated_at)
-    attempt._state.adding, attempt._state.db = False, connection.alias
-    return action, attempt
+    return action
 
 
 def _lease_presenting_approvals(ids, *, actor: Actor) -> list[tuple]:
@@ -181,29 +187,47 @@ def action_lease(action_id, *, actor: Actor = DISPATCHER) -> tuple[Action, Attem
     return leased[0] if leased else None
 
 
-def lease_unknown(limit: int, *, only=None) -> list:
+# Due unknowns leased for reading in ONE statement, which is its own transaction: the rows
+# `pick` locks (FOR UPDATE SKIP LOCKED) get `next_reconcile_at` pushed past the longest their
+# reads may take (`read_lease_for`, per row's tool), and come back whole with their tool,
+# principal and tenant, so the reader starts at once.
+LEASE_UNKNOWN = """
+WITH picked AS ({pick}),
+held AS (
+    UPDATE runs_action a
+    SET next_reconcile_at = %(now)s + make_interval(
+        secs => %(extra)s + t.timeout_seconds * (%(reads)s + t.lookup::int))
+    FROM picked, core_tool t
+    WHERE a.id = picked.id AND t.id = a.tool_id
+    RETURNING {action}
+)
+SELECT m.*, {tool}, {principal}, {tenant}
+FROM held m
+JOIN core_tool t ON t.id = m.tool_id
+JOIN core_principal pr ON pr.id = m.principal_id
+JOIN core_tenant tn ON tn.id = m.tenant_id
+"""
+
+
+def lease_unknown(limit: int, *, only=None) -> list[Action]:
     """Lease up to `limit` due unknowns for reading: `next_reconcile_at` is pushed past the
-    longest the reads can take, in the lease's own transaction, so no second worker reads
-    the same action meanwhile (invariant 6). Returns their ids."""
+    longest the reads can take, in the lease's own statement, so no second worker reads
+    the same action meanwhile (invariant 6). Returns them, each with its tool, principal and
+    tenant."""
     now = timezone.now()
-
-    def hold(ids):
-        with connection.cursor() as cursor:
-            cursor.execute(
-                # As `read_lease_for`, per row's tool.
-                "UPDATE runs_action a SET next_reconcile_at = %s + make_interval("
-                "secs => %s + t.timeout_seconds * (%s + t.lookup::int)) FROM core_tool t "
-                "WHERE a.id = ANY(%s) AND t.id = a.tool_id",
-                [
-                    now,
-                    settings.RECONCILE_LEASE_GRACE_SECONDS
-                    + settings.RECONCILE_READ_INTERVAL_SECONDS * settings.RECONCILE_READ_ATTEMPTS,
-                    settings.RECONCILE_READ_ATTEMPTS,
-                    ids,
-                ],
-            )
-
-    return queue.lease(*_due(ActionState.UNKNOWN, limit, only, now=now), hold=hold)
+    pick, params = _due(ActionState.UNKNOWN, limit, only, now=now)
+    action, tool, principal, tenant = (rows.columns(model, alias) for model, alias in LEASED)
+    sql = LEASE_UNKNOWN.format(
+        pick=pick, action=action, tool=tool, principal=principal, tenant=tenant
+    )
+    params |= {
+        "extra": settings.RECONCILE_LEASE_GRACE_SECONDS
+        + settings.RECONCILE_READ_INTERVAL_SECONDS * settings.RECONCILE_READ_ATTEMPTS,
+        "reads": settings.RECONCILE_READ_ATTEMPTS,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [_loaded(row) for row in cursor.fetchall()]
 
 
 def expire_leases(*, actor: Actor = SWEEPER, limit: int = 500) -> list:

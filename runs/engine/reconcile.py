@@ -40,9 +40,10 @@ def action_reconcile(action_id, *, actor: Actor = RECONCILER) -> Action:
     is due. The action is leased first (`lease_unknown`), so two workers never read it at
     once. A person's re-check, which always reads, is `runs.decisions.action_recheck`.
     """
-    if not lease_unknown(1, only=[action_id]):
+    leased = lease_unknown(1, only=[action_id])
+    if not leased:
         return Action.objects.get(pk=action_id)
-    return reconcile_leased(action_id, actor=actor)
+    return reconcile_loaded(leased[0], actor=actor)
 
 
 def reconcile_leased(action_id, *, actor: Actor = RECONCILER, manual: bool = False) -> Action:
@@ -52,7 +53,8 @@ def reconcile_leased(action_id, *, actor: Actor = RECONCILER, manual: bool = Fal
 
 def reconcile_loaded(action: Action, *, actor: Actor = RECONCILER, manual: bool = False):
     """`reconcile_leased` for an action already in hand as its row stands (with its tool,
-    tenant and principal): the dispatching thread's own, just settled unknown."""
+    tenant and principal): as `lease_unknown` returns them, or the dispatching thread's own,
+    just settled unknown."""
     with action_log_context(action, "takeover.reconcile"):
         return _reconcile_declared(action, actor=actor, manual=manual)
 

@@ -16,7 +16,7 @@ from ..states import ActionState
 from ..wakeup import wake_workers, wakeup_taken
 from .dispatch import dispatch_leased
 from .leases import lease_queued, lease_unknown, read_lease_for
-from .reconcile import reconcile_leased, reconcile_loaded
+from .reconcile import reconcile_loaded
 
 logger = logging.getLogger(__name__)
 
@@ -147,8 +147,8 @@ def drain(
         pool.release(held - len(leased) - len(due) - len(sends))
         for action, attempt in leased:
             pool.submit(dispatch_then_read, action, attempt)
-        for action_id in due:
-            pool.submit(reconcile_leased, action_id)
+        for action in due:
+            pool.submit(reconcile_loaded, action)
         for delivery_id in sends:
             pool.submit(deliver_leased, delivery_id)
         got = len(leased) + len(due) + len(sends)
