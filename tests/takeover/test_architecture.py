@@ -159,11 +159,12 @@ def test_no_comment_cites_an_issue_number():
 
 # The guarded moves of every declared machine (docs/design.md, "Other state machines"), and
 # the one SQL statements that lease and settle a dispatch (`actions_lease_dispatch`,
-# `action_settle_dispatch`).
+# `action_settle_dispatch`) and settle a reconciled unknown (`action_settle_reconciled`).
 GUARDED = {
     "action_move",
     "actions_move_batch",
     "action_settle_dispatch",
+    "action_settle_reconciled",
     "actions_lease_dispatch",
     "run_move",
     "force_request_close",
