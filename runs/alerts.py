@@ -102,13 +102,16 @@ def notify_approval_requested(request: ApprovalRequest, action: Action) -> int:
     )
 
 
+def _at_risk(tools: list[str] | None) -> str:
+    """The tools a forced replay may call again, in words (None: the verdict could not tell)."""
+    if tools is None:
+        return "unknown"
+    return ", ".join(tools) if tools else "none"
+
+
 def notify_force_replay(run, new_run, *, actor, reason: str, tools_at_risk) -> int:
     """A forced replay was created (inside the replay's transaction)."""
-    at_risk = (
-        "unknown"
-        if tools_at_risk is None
-        else (", ".join(tools_at_risk) if tools_at_risk else "none")
-    )
+    at_risk = _at_risk(tools_at_risk)
     return _emit(
         tenant=run.tenant,
         kind="replay.forced",
@@ -128,11 +131,7 @@ def notify_force_replay(run, new_run, *, actor, reason: str, tools_at_risk) -> i
 
 def notify_force_request(request, *, actor) -> int:
     """A force replay waits for a second admin (inside the request's transaction)."""
-    at_risk = (
-        "unknown"
-        if request.tools_at_risk is None
-        else (", ".join(request.tools_at_risk) if request.tools_at_risk else "none")
-    )
+    at_risk = _at_risk(request.tools_at_risk)
     return _emit(
         tenant=request.tenant,
         kind="replay.force_requested",
