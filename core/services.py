@@ -105,11 +105,7 @@ def tool_create(
         timeout_seconds=timeout_seconds,
         actor=actor,
         after=lambda tool: {
-            "name": name,
-            "base_url": base_url,
-            "effect": tool.effect,
             "lookup": tool.lookup,
-            "requires_approval": requires_approval,
             "identity_fields": tool.identity_fields,
             "timeout_seconds": timeout_seconds,
         },
@@ -121,7 +117,8 @@ def tool_insert(
 ) -> Tool:
     """Write a new tool, checked by the caller (`tool_create`, `runs.mcp_tools`): a name the
     tenant already uses is refused, the declaration is stamped with `actor`, and the audit
-    row records `after(tool)`, in the same transaction."""
+    row records the tool's name, base URL, effect and approval rule, with what `after(tool)`
+    adds, in the same transaction."""
     with transaction.atomic():
         if Tool.objects.filter(tenant=tenant, name=name).exists():
             raise StateConflict(f"Tool {name!r} already exists in {tenant.slug}.")
@@ -133,7 +130,14 @@ def tool_insert(
             identity_fields=list(identity_fields),
             **fields,
         )
-        audit(actor=actor, verb=Verb.TOOL_CREATE, obj=tool, after=after(tool))
+        facts = {
+            "name": name,
+            "base_url": tool.base_url,
+            "effect": tool.effect,
+            "requires_approval": tool.requires_approval,
+            **after(tool),
+        }
+        audit(actor=actor, verb=Verb.TOOL_CREATE, obj=tool, after=facts)
     return tool
 
 

@@ -62,15 +62,22 @@ def ledger_reserve(
     entry, params = ledger_reserve_statement(
         tenant=tenant, key=key, fingerprint=fingerprint, tool=tool, action_id=action_id
     )
+    entry = ledger_reserve_execute(entry, RESERVE, params)
+    if entry is not None and not audit_later:
+        audit(**ledger_reserve_audit(entry, actor=actor))
+    return entry
+
+
+def ledger_reserve_execute(entry: LedgerEntry, sql: str, params: dict) -> LedgerEntry | None:
+    """Run `RESERVE` (or a statement built around it that answers the generation first) for
+    `ledger_reserve_statement`'s entry: the entry, saved, or None when the key is live."""
     with connection.cursor() as cursor:
-        cursor.execute(RESERVE, params)
+        cursor.execute(sql, params)
         row = cursor.fetchone()
     if row is None:
         return None
     entry.generation = row[0]
-    entry._state.adding = False
-    if not audit_later:
-        audit(**ledger_reserve_audit(entry, actor=actor))
+    entry._state.adding, entry._state.db = False, connection.alias
     return entry
 
 

@@ -118,14 +118,10 @@ def mcp_tool_register(
         timeout_seconds=timeout_seconds,
         actor=actor,
         after=lambda tool: {
-            "name": name,
             "kind": ToolKind.MCP,
-            "base_url": base_url,
             "mcp": {k: config[k] for k in ("tool", "read_tool", "lookup_tool")},
-            "effect": tool.effect,
             "suggested": config["suggested"],
             "annotations": annotations,
-            "requires_approval": requires_approval,
         },
     )
 
