@@ -24,9 +24,8 @@ force_request_urls = [
     path("reject", run.force_replay_reject, name="force-request-reject"),
 ]
 tool_urls = [
-    path("", admin.tool_detail, name="tool"),
-    path("/declaration", admin.tool_declaration, name="tool-declaration"),
-    path("/rotate-secret", admin.tool_rotate_secret_view, name="tool-rotate-secret"),
+    path("declaration", admin.tool_declaration, name="tool-declaration"),
+    path("rotate-secret", admin.tool_rotate_secret_view, name="tool-rotate-secret"),
 ]
 
 urlpatterns = [
@@ -61,11 +60,12 @@ urlpatterns = [
     path("ledger/<uuid:pk>/revoke", admin.ledger_revoke_view, name="ledger-revoke"),
     path("audit", admin.audit, name="audit"),
     path("tools", admin.tools, name="tools"),
+    path("tools/<tool:name>", admin.tool_detail, name="tool"),
     path("principals", admin.principals, name="principals"),
     path("tokens", admin.tokens, name="tokens"),
     path("tokens/<uuid:pk>/revoke", admin.token_revoke_view, name="token-revoke"),
     path("tokens/<uuid:pk>/rotate", admin.token_rotate_view, name="token-rotate"),
     # An object's own page and the POSTs that act on it, under its URL.
     path("force-replay-requests/<uuid:pk>/", include(force_request_urls)),
-    path("tools/<tool:name>", include(tool_urls)),
+    path("tools/<tool:name>/", include(tool_urls)),
 ]
