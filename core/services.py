@@ -62,18 +62,22 @@ def operator_create(
         elif created:
             user.set_unusable_password()
             user.save(update_fields=["password"])
-        membership, _ = Membership.objects.update_or_create(
-            user=user, tenant=tenant, defaults={"role": role}
-        )
+        operator_grant_role(user, tenant, role, actor=actor, facts={"username": username})
         _token, raw = _issue(actor, user=user)
-        audit(
-            actor=actor,
-            verb=Verb.OPERATOR_GRANT_ROLE,
-            obj=membership,
-            tenant=tenant,
-            after={"username": username, "role": role},
-        )
     return user, raw
+
+
+def operator_grant_role(
+    user, tenant: Tenant, role: str, *, actor: Actor, facts: dict, before=None
+) -> Membership:
+    """Give `user` `role` in `tenant` (a membership, new or changed), audited with `facts`
+    and the role, in the caller's transaction."""
+    membership, _ = Membership.objects.update_or_create(
+        user=user, tenant=tenant, defaults={"role": role}
+    )
+    after = {**facts, "role": role}
+    audit(actor=actor, verb=Verb.OPERATOR_GRANT_ROLE, obj=membership, before=before, after=after)
+    return membership
 
 
 def tool_create(
