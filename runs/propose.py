@@ -346,7 +346,8 @@ def read_claimed(
         reason=reason,
         **binding,
     )
-    proposed = AuditEvent(**audit_fields(**_proposal_audit(action, actor=actor)))  # queued
+    # Proposed as queued; the claim below moves it to dispatching.
+    proposed = AuditEvent(**audit_fields(**_proposal_audit(action, actor=actor)))
     now = timezone.now()
     action.state, action.lease_expires_at = ActionState.DISPATCHING, now + lease
     claimed = AuditEvent(
