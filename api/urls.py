@@ -29,6 +29,9 @@ tool_urls = [
 ]
 
 urlpatterns = [
+    # The POSTs that act on one object, under its URL.
+    path("force-replay-requests/<uuid:pk>/", include(force_request_urls)),
+    path("tools/<tool:name>/", include(tool_urls)),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerSplitView.as_view(url_name="api:schema"), name="docs"),
     path("me", run.me, name="me"),
@@ -65,7 +68,4 @@ urlpatterns = [
     path("tokens", admin.tokens, name="tokens"),
     path("tokens/<uuid:pk>/revoke", admin.token_revoke_view, name="token-revoke"),
     path("tokens/<uuid:pk>/rotate", admin.token_rotate_view, name="token-rotate"),
-    # An object's own page and the POSTs that act on it, under its URL.
-    path("force-replay-requests/<uuid:pk>/", include(force_request_urls)),
-    path("tools/<tool:name>/", include(tool_urls)),
 ]

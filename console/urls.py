@@ -30,11 +30,6 @@ action_urls = [
     path("resolve/", action_views.action_resolve, name="action_resolve"),
     path("acknowledge/", action_views.action_acknowledge, name="action_acknowledge"),
 ]
-approval_urls = [
-    path("state/", approval_views.approval_target_state, name="approval_state"),
-    path("grant/", approval_views.approval_grant, name="approval_grant"),
-    path("deny/", approval_views.approval_deny, name="approval_deny"),
-]
 force_request_urls = [
     path("", replay_views.force_review, name="force_review"),
     path("confirm/", replay_views.force_request_decide, {"decision": "confirm"}, "force_confirm"),
@@ -47,6 +42,10 @@ channel_urls = [
 ]
 
 urlpatterns = [
+    # One object's page and the POSTs that act on it, under its URL.
+    path("actions/<uuid:pk>/", include(action_urls)),
+    path("force-replays/<uuid:pk>/", include(force_request_urls)),
+    path("notifications/channels/<uuid:pk>/", include(channel_urls)),
     path("", views.queue, name="queue"),
     path("login/", signin.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
@@ -60,6 +59,9 @@ urlpatterns = [
     path("actions.csv", views.actions_csv, name="actions_csv"),
     path("conflicts/", views.conflicts, name="conflicts"),
     path("approvals/", approval_views.approvals, name="approvals"),
+    path("approvals/<uuid:pk>/state/", approval_views.approval_target_state, name="approval_state"),
+    path("approvals/<uuid:pk>/grant/", approval_views.approval_grant, name="approval_grant"),
+    path("approvals/<uuid:pk>/deny/", approval_views.approval_deny, name="approval_deny"),
     path("runs/", run_views.runs, name="runs"),
     path("runs/<uuid:pk>/", run_views.run_detail, name="run"),
     path("runs/<uuid:pk>/replay/", replay_views.run_replay, name="run_replay"),
@@ -88,9 +90,4 @@ urlpatterns = [
     path("tokens/issue/", tokens.token_issue_view, name="token_issue"),
     path("tokens/<uuid:pk>/revoke/", tokens.token_revoke_view, name="token_revoke"),
     path("tokens/<uuid:pk>/rotate/", tokens.token_rotate_view, name="token_rotate"),
-    # An object's own page and the POSTs that act on it, under its URL.
-    path("actions/<uuid:pk>/", include(action_urls)),
-    path("approvals/<uuid:pk>/", include(approval_urls)),
-    path("force-replays/<uuid:pk>/", include(force_request_urls)),
-    path("notifications/channels/<uuid:pk>/", include(channel_urls)),
 ]
