@@ -1,7 +1,5 @@
 """Ledger services. Callers own the transaction; each function assumes it runs inside one."""
 
-import uuid
-
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -85,14 +83,12 @@ def ledger_reserve_statement(*, tenant, key, fingerprint, tool, action_id):
     """The unsaved entry a reservation would create, and `RESERVE`'s parameters for it (the
     proposal runs `RESERVE` inside its own one-statement insert)."""
     now = timezone.now()
-    entry = LedgerEntry(
-        id=uuid.uuid4(),
+    entry = LedgerEntry(  # a new id, and `reserved`: the model's defaults
         tenant=tenant,
         key=key,
         fingerprint=fingerprint,
         tool=tool,
         action_id=action_id,
-        status=LedgerStatus.RESERVED,
         created_at=now,
         updated_at=now,
     )
