@@ -43,7 +43,7 @@ from mozilla_django_oidc.views import (
 
 from core.audit import Actor, Verb, audit
 from core.models import Membership, Role, Tenant
-from core.services import operator_grant_role
+from core.services import operator_grant_role, operator_revoke_role
 
 from .models import BreakGlass, SsoIdentity
 from .timezones import remember_on_sign_in
@@ -155,16 +155,8 @@ def sso_sign_in(*, issuer: str, claims: dict, groups: list[str], roles: dict[str
             after={**facts, "role": role},
         )
     for membership in held.values():  # no longer in a group that maps there
-        audit(
-            actor=SSO,
-            verb=Verb.OPERATOR_REVOKE_ROLE,
-            obj=membership,
-            tenant=membership.tenant,
-            before={"role": membership.role},
-            after=facts,
-            reason="the identity provider's groups no longer map to a role here",
-        )
-        membership.delete()
+        why = "the identity provider's groups no longer map to a role here"
+        operator_revoke_role(membership, actor=SSO, facts=facts, reason=why)
     identity.last_sign_in_at = timezone.now()
     identity.save(update_fields=["last_sign_in_at"])
     return user

@@ -80,6 +80,15 @@ def operator_grant_role(
     return membership
 
 
+def operator_revoke_role(membership: Membership, *, actor: Actor, facts: dict, reason: str) -> None:
+    """Take `membership` (a user's role in a tenant) away, audited with `facts`, in the
+    caller's transaction."""
+    before = {"role": membership.role}
+    verb = Verb.OPERATOR_REVOKE_ROLE
+    audit(actor=actor, verb=verb, obj=membership, before=before, after=facts, reason=reason)
+    membership.delete()
+
+
 def tool_create(
     *,
     tenant: Tenant,
@@ -98,6 +107,11 @@ def tool_create(
     effect = effect or ToolEffect.UNSAFE
     _check_declaration(effect, lookup, requires_approval)
     validate_base_url(base_url)
+    facts = {
+        "lookup": lookup,
+        "identity_fields": list(identity_fields),
+        "timeout_seconds": timeout_seconds,
+    }
     return tool_insert(
         tenant=tenant,
         name=name,
@@ -108,21 +122,17 @@ def tool_create(
         identity_fields=identity_fields,
         timeout_seconds=timeout_seconds,
         actor=actor,
-        after=lambda tool: {
-            "lookup": tool.lookup,
-            "identity_fields": tool.identity_fields,
-            "timeout_seconds": timeout_seconds,
-        },
+        facts=facts,
     )
 
 
 def tool_insert(
-    *, tenant: Tenant, name: str, identity_fields=(), actor: Actor, after, **fields
+    *, tenant: Tenant, name: str, identity_fields=(), actor: Actor, facts: dict, **fields
 ) -> Tool:
     """Write a new tool, checked by the caller (`tool_create`, `runs.mcp_tools`): a name the
     tenant already uses is refused, the declaration is stamped with `actor`, and the audit
-    row records the tool's name, base URL, effect and approval rule, with what `after(tool)`
-    adds, in the same transaction."""
+    row records the tool's name, base URL, effect and approval rule, and `facts`, in the same
+    transaction."""
     with transaction.atomic():
         if Tool.objects.filter(tenant=tenant, name=name).exists():
             raise StateConflict(f"Tool {name!r} already exists in {tenant.slug}.")
@@ -139,7 +149,7 @@ def tool_insert(
             "base_url": tool.base_url,
             "effect": tool.effect,
             "requires_approval": tool.requires_approval,
-            **after(tool),
+            **facts,
         }
         audit(actor=actor, verb=Verb.TOOL_CREATE, obj=tool, after=facts)
     return tool

@@ -422,10 +422,8 @@ def _new_action(
         state = ActionState.AWAITING_APPROVAL
     if entry is not None:
         key, fingerprint = entry.key, entry.fingerprint
-    source, client = origin.current()
     return Action(
-        origin=source,
-        client=client,
+        **origin.action_fields(),
         id=action_id,
         tenant=run.tenant,
         run=run,
