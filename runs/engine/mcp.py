@@ -23,11 +23,10 @@ through Takeover.
 
 import functools
 import json
-import os
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from functools import partial
 
 import httpx
 from django.conf import settings
@@ -43,8 +42,10 @@ from takeover_client import signing
 
 from core.logs import traceparent
 from core.models import ToolEffect
+from core.perprocess import PerProcess
 
 from ..states import AttemptOutcome, Verdict
+from .answers import CallResult, Lookup, Read, lookup_applied
 
 PROTOCOL_VERSION = "2026-07-28"
 KEY_META = "io.takeover/idempotency-key"
@@ -101,56 +102,29 @@ def _envelope(extra: dict | None = None) -> dict:
     }
 
 
-@dataclass
-class CallResult:  # the same fields as CallResult, which wraps it
-    outcome: str
-    http_status: int | None = None
-    detail: str = ""
+def _transport(reuse: bool) -> httpx.HTTPTransport:
+    """The engine's own (`core.egress.egress_transport`): egress-checked on the resolved
+    address; no proxy, no redirect and no cookie, since a transport has none of them. With
+    no keep-alive (so that a connect error still proves "never sent") unless `reuse`: for a
+    call with no side effect (a read_only tool's apply, a read or lookup tool), which a
+    stale kept-alive connection could at worst make unknown, and which saves a connection
+    per call (one second idle at most: most servers keep an idle one longer)."""
+    from core.egress import egress_transport
+
+    limits = (
+        httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=1)
+        if reuse
+        else httpx.Limits(max_connections=None, max_keepalive_connections=0)
+    )
+    return egress_transport(limits)
 
 
-@dataclass
-class Read:  # as Read
-    verdict: str | None = None
-    state: dict = field(default_factory=dict)
-    version: int | None = None
-    detail: str = ""
-
-
-@dataclass
-class Lookup:  # as Lookup
-    verdict: str
-    state: dict | None = None
-    version: int | None = None
-    http_status: int | None = None
-    detail: str = ""
-
-
-_transports: dict[bool, httpx.HTTPTransport] = {}
-_transports_pid: int | None = None
+_transports = {reuse: PerProcess(partial(_transport, reuse)) for reuse in (False, True)}
 
 
 def _http(reuse: bool = False) -> httpx.HTTPTransport:
-    """One transport per process, the engine's own (`core.egress.egress_transport`):
-    egress-checked on the resolved address; no proxy, no redirect and no cookie, since a
-    transport has none of them. With no keep-alive (so that a connect error still proves
-    "never sent") unless `reuse`: for a call with no side effect (a read_only tool's apply,
-    a read or lookup tool), which a stale kept-alive connection could at worst make
-    unknown, and which saves a connection per call (one second idle at most: most servers
-    keep an idle one longer)."""
-    global _transports_pid
-    if _transports_pid != os.getpid():
-        _transports.clear()
-        _transports_pid = os.getpid()
-    if reuse not in _transports:
-        from core.egress import egress_transport
-
-        limits = (
-            httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=1)
-            if reuse
-            else httpx.Limits(max_connections=None, max_keepalive_connections=0)
-        )
-        _transports[reuse] = egress_transport(limits)
-    return _transports[reuse]
+    """One transport of each kind per process (`_transport`)."""
+    return _transports[reuse].get()
 
 
 @functools.lru_cache(maxsize=1024)
@@ -247,6 +221,12 @@ def _result_text(result: dict) -> str:
     return " ".join(t for t in texts if t)
 
 
+def _tools_call(action, params: dict, *, reuse: bool) -> httpx.Response:
+    tool = action.tool
+    timeout = tool.timeout_seconds
+    return rpc(tool.base_url, "tools/call", params, timeout=timeout, action=action, reuse=reuse)
+
+
 def call_tool(action) -> CallResult:
     """Apply: `tools/call` of the upstream tool, the key in `_meta`."""
     tool = action.tool
@@ -256,14 +236,7 @@ def call_tool(action) -> CallResult:
         "_meta": _envelope({KEY_META: action.idempotency_key, ACTION_META: str(action.pk)}),
     }
     try:
-        response = rpc(
-            tool.base_url,
-            "tools/call",
-            params,
-            timeout=tool.timeout_seconds,
-            action=action,
-            reuse=tool.effect == ToolEffect.READ_ONLY,
-        )
+        response = _tools_call(action, params, reuse=tool.effect == ToolEffect.READ_ONLY)
     except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
         return CallResult(AttemptOutcome.NOT_SENT, detail=f"not sent: {type(exc).__name__}: {exc}")
     except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
@@ -298,17 +271,8 @@ def call_tool(action) -> CallResult:
 
 def _call_read(action, tool_name: str, arguments: dict) -> dict:
     """One side-effect-free tools/call; its structured result (Unreadable, httpx errors)."""
-    tool = action.tool
     params = {"name": tool_name, "arguments": arguments, "_meta": _envelope()}
-    response = rpc(
-        tool.base_url,
-        "tools/call",
-        params,
-        timeout=tool.timeout_seconds,
-        action=action,
-        reuse=True,
-    )
-    message = answer(response)
+    message = answer(_tools_call(action, params, reuse=True))
     if "error" in message:
         raise Unreadable(f"MCP error: {message['error']}"[:300])
     result = message["result"] if isinstance(message["result"], dict) else {}
@@ -369,14 +333,7 @@ def lookup_effect(action) -> Lookup:
         )
     if content.get("applied") is not True:
         return Lookup(Verdict.LOOKUP_FAILED, detail="lookup: the MCP server could not tell")
-    state, version = content.get("state"), content.get("version")
-    well_formed = isinstance(state, dict) and isinstance(version, int)
-    return Lookup(
-        Verdict.LOOKUP_APPLIED,
-        state=state if well_formed else None,
-        version=version if well_formed else None,
-        detail=f"the MCP server reports it applied key {key}",
-    )
+    return lookup_applied(content, detail=f"the MCP server reports it applied key {key}")
 
 
 def list_tools(url: str, *, timeout: float = 10) -> list[dict]:
