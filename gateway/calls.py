@@ -521,11 +521,11 @@ def _read(caller, key: str | None, proposal: dict) -> Outcome:
     in this request's thread, by the engine's own dispatch and settle, and its whole answer
     handed back. No worker is woken for it and none can take it.
 
-    Its records are committed without waiting for the WAL to reach the disk
-    (`synchronous_commit = off`, set by the claim on this request's connection and reset
-    once the read is settled): a crash may lose the record of a read from its last fraction
-    of a second; a read changed nothing, and every side effect's records keep waiting for
-    the flush as always."""
+    Its two writes (the claim and the settle) are committed without waiting for the WAL to
+    reach the disk (`synchronous_commit = off` within each statement's own transaction,
+    nothing left set on the connection): a crash may lose the record of a read from its
+    last fraction of a second; a read changed nothing, and every side effect's records keep
+    waiting for the flush as always."""
     try:
         with origin.proposing_from(origin.MCP, caller.client):
             action, attempt = read_claimed(
@@ -537,11 +537,7 @@ def _read(caller, key: str | None, proposal: dict) -> Outcome:
             )
     except RunNotRunning as exc:
         return Outcome(tool_error(f"{exc} Start a new run, or leave out {RUN_META!r}."))
-    try:
-        dispatch_leased(action, attempt)
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("RESET synchronous_commit")
+    dispatch_leased(action, attempt, unflushed=True)
     upstream = take_answer(action.pk)
     if action.state == ActionState.SUCCEEDED:
         return Outcome(_passed_through(action, upstream))

@@ -185,6 +185,9 @@ SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM attempt),
        (SELECT count(*) FROM ledger), (SELECT count(*) FROM audited),
        (SELECT count(*) FROM notified)
 """
+# The same, committed without waiting for the WAL flush: `set_config(..., true)` lasts for
+# the statement's own transaction only, so nothing is left to reset on the connection.
+SETTLE_SQL_UNFLUSHED = SETTLE_SQL.rstrip() + ", set_config('synchronous_commit', 'off', true)\n"
 
 
 # queued → dispatching for the picked rows, in ONE statement: the move (its lease from the
@@ -283,11 +286,13 @@ def action_settle_dispatch(
     actor: Actor,
     reason: str,
     read_lease=None,
+    unflushed: bool = False,
     **fields,
 ) -> bool:
     """dispatching → `to`, with the attempt closed, in one statement. False when the action
     is no longer dispatching (or its attempt was already closed by the sweeper): nothing
-    was written, and the caller records the late answer its own way.
+    was written, and the caller records the late answer its own way. `unflushed`: its
+    commit does not wait for the WAL to reach the disk (a read's settle only).
 
     An unknown outcome is due a read at once; `read_lease` (a timedelta): the caller reads
     it itself, so the read is leased to it in this statement (`next_reconcile_at` pushed
@@ -300,7 +305,7 @@ def action_settle_dispatch(
         next_reconcile_at = now if read_lease is None else now + read_lease
     with connection.cursor() as cursor:
         cursor.execute(
-            SETTLE_SQL,
+            SETTLE_SQL_UNFLUSHED if unflushed else SETTLE_SQL,
             {
                 "now": now,
                 "attempt": attempt.pk,

@@ -327,10 +327,10 @@ def read_claimed(
     it queued, so none is woken and none can take it; should the caller die, the lease runs
     out and the sweeper hands it to reconciliation, as for any dispatch.
 
-    `unflushed`: the statement also sets `synchronous_commit = off` for the rest of this
-    connection's session (its own commit included), and the caller RESETs it once the
-    read is settled: a crash may lose the record of a read from its last fraction of a
-    second; a read changed nothing."""
+    `unflushed`: the statement's own commit does not wait for the WAL to reach the disk
+    (`synchronous_commit = off` for its transaction only: nothing is left set on the
+    connection): a crash may lose the record of a read from its last fraction of a second;
+    a read changed nothing."""
     if run.status != RunStatus.RUNNING:
         raise RunNotRunning(f"This run is {run.status}; only a running run may propose.")
     assert tool.effect == ToolEffect.READ_ONLY, "only a read is claimed by its proposer"
@@ -363,7 +363,7 @@ def read_claimed(
     attempt = Attempt(action=action, number=1, started_at=now)
     sql = READ_CLAIMED.format(
         attempt_columns=_attempt_columns(),
-        unflushed=", set_config('synchronous_commit', 'off', false)" if unflushed else "",
+        unflushed=", set_config('synchronous_commit', 'off', true)" if unflushed else "",
     )
     with connection.cursor() as cursor:
         cursor.execute(

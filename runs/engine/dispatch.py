@@ -89,12 +89,14 @@ def settle(
     actor: Actor,
     table=SETTLE,
     read_lease: timedelta | None = None,
+    unflushed: bool = False,
 ) -> str | None:
     """Close the attempt and settle the action together (the third and last write of a
     happy-path effect: propose, lease, settle). Returns the state it settled in (None: the
     sweeper had written the worker off). An action gone unknown wakes the workers for its
     read, unless the caller reads it itself: then `read_lease` is how long the read is
-    leased to it, in the same statement."""
+    leased to it, in the same statement. `unflushed`: a read's settle, committed without
+    waiting for the WAL flush (`moves.action_settle_dispatch`)."""
     target, fields = table[result.outcome]
     why = (
         f"the tool answered HTTP {result.http_status}"
@@ -111,6 +113,7 @@ def settle(
         actor=actor,
         reason=why,
         read_lease=read_lease,
+        unflushed=unflushed,
         **fields,
     ):
         if target == ActionState.UNKNOWN and read_lease is None:
@@ -162,10 +165,11 @@ def dispatch_leased(
     *,
     actor: Actor = DISPATCHER,
     read_lease: timedelta | None = None,
+    unflushed: bool = False,
 ) -> str | None:
     """Call the tool for a leased action and settle it; at most once past the boundary.
     Returns the state it settled in, if it did (`settle`; `read_lease`: the caller reads an
-    unknown outcome itself, at once)."""
+    unknown outcome itself, at once; `unflushed` for a read only)."""
     leased_at = attempt.started_at
     with action_log_context(action, "takeover.dispatch"):
         not_sent = 0
@@ -189,7 +193,9 @@ def dispatch_leased(
             attempt = _retry_attempt(action, attempt.number + 1)
             if attempt is None:
                 return None
-        settled = settle(action, attempt, result, actor=actor, read_lease=read_lease)
+        settled = settle(
+            action, attempt, result, actor=actor, read_lease=read_lease, unflushed=unflushed
+        )
         metrics.record_dispatch(action.tool.name, (timezone.now() - leased_at).total_seconds())
         logger.info(
             "action %s (%s → %s): %s%s",
