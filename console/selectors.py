@@ -560,11 +560,7 @@ def next_open_action(scope: Scope, after: Action) -> Action | None:
     if not states:
         return None
     return (
-        Action.objects.filter(
-            tenant_id=after.tenant_id,
-            state__in=states,
-            acknowledged_at__isnull=True,
-        )
+        open_queue([after.tenant_id], states=states)
         .filter(Q(claimed_by__isnull=True) | Q(claimed_by=scope.user))
         .exclude(pk=after.pk)
         .select_related("tool")
