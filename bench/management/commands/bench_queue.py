@@ -326,7 +326,12 @@ class Command(InOwnDatabase):
 
         qs = queue_rows_queryset(QueueFilters(tenant_ids=[tenant.pk])).order_by("created_at", "pk")
         text = qs[:51].explain()
-        return "uses the partial index action_open_queue" if "action_open_queue" in text else text
+        found = "uses the partial index action_open_queue" if "action_open_queue" in text else text
+        tool = Tool.objects.get(tenant=tenant, name="tool_3")
+        filters = QueueFilters(tenant_ids=[tenant.pk], state="needs_human", tool_ids=[tool.pk])
+        text = queue_rows_queryset(filters).order_by("created_at", "pk")[:51].explain()
+        index = "action_open_by_state"
+        return found + ("; filtered, " + index if index in text else "; filtered:\n" + text)
 
 
 def drop_plain_indexes(cursor) -> list[str]:
