@@ -38,7 +38,7 @@ class NavCounts:
         from django.utils import timezone
 
         from approvals.models import ApprovalRequest, RequestState
-        from runs.models import Action
+        from runs.selectors import open_queue
 
         from .counts import capped_counts
         from .selectors import QUEUE_STATES
@@ -49,10 +49,8 @@ class NavCounts:
                 "approvals": ApprovalRequest.objects.filter(
                     tenant=tenant, state=RequestState.PENDING, expires_at__gt=timezone.now()
                 ),
-                # The open-queue partial index covers this (open states, not acknowledged).
-                "oncall": Action.objects.filter(
-                    tenant=tenant, state__in=QUEUE_STATES, acknowledged_at__isnull=True
-                ),
+                # The queue's own query: the open-queue partial index covers it.
+                "oncall": open_queue([tenant.pk], states=QUEUE_STATES),
             }
         )
         return counts["approvals"], counts["oncall"]

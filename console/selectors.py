@@ -10,6 +10,7 @@ one tenant and on-call in another gets exactly the rights of each.
 import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import cached_property
 
 from django.db.models import Count, OuterRef, Q, Subquery
 from django.utils import timezone
@@ -44,6 +45,7 @@ from runs.states import (
     Verdict,
 )
 
+from . import queue_rows
 from .action_history import DiffRow
 from .counts import capped_counts, capped_sum
 
@@ -126,12 +128,17 @@ class QueueFilters:
 
 @dataclass
 class QueuePage:
-    rows: list
+    actions: list  # the page's Action rows, each with `why`
     next_cursor: str | None
     counts: dict  # state → count, under the tenant/tool/age filters (not the state one)
     total: int
     signature: str = ""
     counts_list: list = field(default_factory=list)
+
+    @cached_property
+    def rows(self) -> list[dict]:
+        """The cells the page prints; a refresh that finds nothing new never asks."""
+        return queue_rows.present(self.actions)
 
 
 def _open_actions(filters: QueueFilters, *, now=None):
@@ -170,7 +177,7 @@ def queue_page(filters: QueueFilters, cursor=None, *, size=PAGE_SIZE) -> QueuePa
     )
     counts_list = [(state, ActionState(state).label, counts[state]) for state in QUEUE_STATES]
     return QueuePage(
-        rows=rows,
+        actions=rows,
         next_cursor=next_cursor,
         counts=counts,
         total=capped_sum(counts.values()),
@@ -186,11 +193,14 @@ def queue_rows_queryset(filters: QueueFilters, base=None):
         qs = qs.filter(state=filters.state)
     last_attempt = Attempt.objects.filter(action=OuterRef("pk")).order_by("-number")
     last_read = Reconciliation.objects.filter(action=OuterRef("pk")).order_by("-at", "-id")
-    return qs.select_related("tool", "tenant", "principal", "claimed_by").annotate(
-        last_outcome=Subquery(last_attempt.values("outcome")[:1]),
-        last_http_status=Subquery(last_attempt.values("http_status")[:1]),
-        last_verdict=Subquery(last_read.values("verdict")[:1]),
-        last_diff=Subquery(last_read.values("diff")[:1]),
+    return (
+        qs.select_related("tool", "tenant", "principal", "claimed_by")
+        .only(*queue_rows.FIELDS)
+        .annotate(
+            last_http_status=Subquery(last_attempt.values("http_status")[:1]),
+            last_verdict=Subquery(last_read.values("verdict")[:1]),
+            last_diff=Subquery(last_read.values("diff")[:1]),
+        )
     )
 
 
@@ -560,11 +570,7 @@ def next_open_action(scope: Scope, after: Action) -> Action | None:
     if not states:
         return None
     return (
-        Action.objects.filter(
-            tenant_id=after.tenant_id,
-            state__in=states,
-            acknowledged_at__isnull=True,
-        )
+        open_queue([after.tenant_id], states=states)
         .filter(Q(claimed_by__isnull=True) | Q(claimed_by=scope.user))
         .exclude(pk=after.pk)
         .select_related("tool")

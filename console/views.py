@@ -79,6 +79,7 @@ def queue(request):
         "page": page,
         "filters": filters,
         "multi_tenant": len(tenant_ids) > 1,
+        "oncall": scope.is_oncall,  # per row: asked once
         "paged": cursor is not None,
         "next_query": query_with(request, after=page.next_cursor) if page.next_cursor else "",
         "first_query": query_with(request, after=None),

@@ -194,6 +194,14 @@ class Action(models.Model):
                 condition=Q(state__in=OPEN_FOR_HUMANS, acknowledged_at__isnull=True),
                 name="action_open_queue",
             ),
+            # The queue filtered by state and tool: a page, and each capped count, read a
+            # range of matching entries (through action_open_queue a filter that matches few
+            # rows walks every open action of the tenant).
+            models.Index(
+                fields=["tenant", "state", "tool", "created_at", "id"],
+                condition=Q(state__in=OPEN_FOR_HUMANS, acknowledged_at__isnull=True),
+                name="action_open_by_state",
+            ),
             # The queue (docs: the database is the queue): each index is exactly one claim's
             # predicate, so a claim reads a few index entries at any table size.
             models.Index(

@@ -21,6 +21,7 @@ from django.http import Http404
 from django.utils import timezone
 
 from core.models import Tool
+from core.plans import InConstants
 from core.rows import columns, instance, width
 
 from .models import Action, Attempt, ForceReplayRequest, Reconciliation, Run
@@ -246,13 +247,14 @@ def open_queue(tenant_ids, *, states=None, tool_ids=None, older_than=None, now=N
     """The actions that need a person, in these tenants: the API's `GET /queue` and the
     console's queue page are this queryset (unordered; each pages it its own way).
 
-    `state IN (open states)` is always present, so the planner can prove the predicate of
-    the partial index `action_open_queue` (tenant, created_at, id) and use it. Acknowledged
+    `state IN (open states)` is always present, written as constants (`core.plans`), so the
+    planner can prove the predicate of the partial index `action_open_queue` (tenant,
+    created_at, id) and use it, in a prepared statement's generic plan too. Acknowledged
     blocked actions have left the queue (`decisions.action_acknowledge`).
     """
     qs = Action.objects.filter(
+        InConstants("state", states or OPEN_FOR_HUMANS),
         tenant_id__in=tenant_ids,
-        state__in=list(states or OPEN_FOR_HUMANS),
         acknowledged_at__isnull=True,
     )
     if tool_ids is not None:

@@ -37,6 +37,7 @@ from runs.models import Action, Run
 from runs.states import OPEN_FOR_HUMANS
 
 BENCH_USER = "bench-oncall"
+TARGET_MS = 30  # the queue page at 10,000,000 actions with 100,000 open, filtered or not
 
 
 def database_url(settings_dict, name) -> str:
@@ -229,9 +230,13 @@ class Command(InOwnDatabase):
             median = statistics.median(samples)
             p90 = statistics.quantiles(samples, n=10)[-1]
             self.stdout.write(f"  {label:<68} median {median:7.2f} ms   p90 {p90:7.2f} ms")
-        headline = statistics.median(results[0][1])
-        verdict = "under" if headline < 100 else "OVER"
-        self.stdout.write(f"\nTarget < 100 ms: {headline:.1f} ms, {verdict} target.")
+        # The target holds for the big tenant's pages, filtered or not: the slowest median.
+        headline = max(statistics.median(samples) for _label, samples in results[:4])
+        verdict = "under" if headline < TARGET_MS else "OVER"
+        self.stdout.write(
+            f"\nTarget < {TARGET_MS} ms (every page of the big tenant): slowest median "
+            f"{headline:.1f} ms, {verdict} target."
+        )
         self.stdout.write(f"Rows query plan: {plan}")
 
     def bench_user(self):
@@ -326,7 +331,12 @@ class Command(InOwnDatabase):
 
         qs = queue_rows_queryset(QueueFilters(tenant_ids=[tenant.pk])).order_by("created_at", "pk")
         text = qs[:51].explain()
-        return "uses the partial index action_open_queue" if "action_open_queue" in text else text
+        found = "uses the partial index action_open_queue" if "action_open_queue" in text else text
+        tool = Tool.objects.get(tenant=tenant, name="tool_3")
+        filters = QueueFilters(tenant_ids=[tenant.pk], state="needs_human", tool_ids=[tool.pk])
+        text = queue_rows_queryset(filters).order_by("created_at", "pk")[:51].explain()
+        index = "action_open_by_state"
+        return found + ("; filtered, " + index if index in text else "; filtered:\n" + text)
 
 
 def drop_plain_indexes(cursor) -> list[str]:
