@@ -58,13 +58,15 @@ def resend_lease_for(tool) -> timedelta:
 # tenant's second, ... so that one tenant's burst of 10,000 cannot starve another's single
 # action. Each LATERAL probe reads the partial index of exactly this predicate
 # (`action_queued` / `action_reconcile_due`); SKIP LOCKED lets any number of workers lease at
-# once, none waiting and none taking a row twice. Quirk: every tenant is probed, which is
-# cheap for hundreds of tenants; at many thousands, keep a table of tenants with work.
+# once, none waiting and none taking a row twice. The state is a constant in the statement,
+# not a parameter, so that a prepared statement's generic plan can still prove the partial
+# index's predicate (core/plans.py says why). Quirk: every tenant is probed, which is cheap
+# for hundreds of tenants; at many thousands, keep a table of tenants with work.
 FAIR_LEASE = """
 SELECT picked.id FROM core_tenant t
 CROSS JOIN LATERAL (
     SELECT a.id, a.{order} AS due FROM runs_action a
-    WHERE a.tenant_id = t.id AND a.state = %(state)s {due}
+    WHERE a.tenant_id = t.id AND a.state = '{state}' {due}
     ORDER BY a.{order}
     LIMIT %(limit)s
     FOR UPDATE OF a SKIP LOCKED
@@ -89,7 +91,7 @@ def _due(state: str, limit: int, only=None, now=None) -> tuple[str, dict]:
         sql = LEASE_BY_ID.format(due=due)
         params["only"] = [uuid.UUID(str(i)) for i in only]
     else:
-        sql = FAIR_LEASE.format(order=order, due=due)
+        sql = FAIR_LEASE.format(order=order, due=due, state=ActionState(state).value)
     return sql, params
 
 
