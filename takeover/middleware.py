@@ -14,6 +14,8 @@ axes' checks (`check --deploy` among them) still see them.
 An API request that carries the console's session cookie goes through them as before:
 operators may call the API with their session (api/auth.py, ConsoleSessionAuthentication),
 which needs the session, the user and the CSRF check.
+
+Also here: django-csp's middleware with its policy built once (`CSPMiddleware`).
 """
 
 import threading
@@ -65,8 +67,10 @@ class ConsoleOnly:
     def __call__(self, request):
         if not machine_request(request):
             return self.get_response(request)
+        # What CommonMiddleware, skipped, does for every request: a Host not in
+        # ALLOWED_HOSTS is refused (DisallowedHost, a 400), and a Content-Length is set.
+        request.get_host()
         response = self.after_console(request)
-        # What CommonMiddleware, skipped, would have added: keep-alive without chunking.
         if not response.streaming and not response.has_header("Content-Length"):
             response.headers["Content-Length"] = str(len(response.content))
         return response
