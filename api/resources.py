@@ -12,6 +12,7 @@ from rest_framework import serializers
 from approvals.models import ApprovalState, RequestState
 from core.models import ToolEffect, ToolKind
 from ledger.models import LedgerStatus
+from runs.bulk import WILLS
 from runs.states import (
     ActionState,
     AttemptKind,
@@ -400,15 +401,8 @@ class BulkKeyOut(serializers.Serializer):
     state_label = serializers.CharField(allow_blank=True)
 
 
-BULK_WILL = [
-    "resolve_succeeded",
-    "resolve_failed",
-    "recheck",
-    "replay",
-    "force_replay",
-    "force_request",
-    "skip",
-]
+# What an item of the API's operations (no acknowledge: the console's alone) will do.
+BULK_WILL = [will for will in WILLS if will not in ("acknowledge", "refused")]
 
 
 class BulkItemOut(serializers.Serializer):

@@ -1,4 +1,4 @@
-from django.urls import path, register_converter
+from django.urls import include, path, register_converter
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from .views import action, admin, run
@@ -19,7 +19,19 @@ class ToolName:
 
 register_converter(ToolName, "tool")
 
+force_request_urls = [
+    path("confirm", run.force_replay_confirm, name="force-request-confirm"),
+    path("reject", run.force_replay_reject, name="force-request-reject"),
+]
+tool_urls = [
+    path("declaration", admin.tool_declaration, name="tool-declaration"),
+    path("rotate-secret", admin.tool_rotate_secret_view, name="tool-rotate-secret"),
+]
+
 urlpatterns = [
+    # The POSTs that act on one object, under its URL.
+    path("force-replay-requests/<uuid:pk>/", include(force_request_urls)),
+    path("tools/<tool:name>/", include(tool_urls)),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerSplitView.as_view(url_name="api:schema"), name="docs"),
     path("me", run.me, name="me"),
@@ -32,16 +44,6 @@ urlpatterns = [
     path("runs/<uuid:pk>/replay", run.run_replay, name="run-replay"),
     path("replays", run.replays, name="replays"),
     path("force-replay-requests", run.force_replay_requests, name="force-requests"),
-    path(
-        "force-replay-requests/<uuid:pk>/confirm",
-        run.force_replay_confirm,
-        name="force-request-confirm",
-    ),
-    path(
-        "force-replay-requests/<uuid:pk>/reject",
-        run.force_replay_reject,
-        name="force-request-reject",
-    ),
     path("settings", run.tenant_settings, name="settings"),
     path("actions/<uuid:pk>", action.action_detail, name="action"),
     path("actions/<uuid:pk>/reconcile", action.action_reconcile, name="action-reconcile"),
@@ -62,10 +64,6 @@ urlpatterns = [
     path("audit", admin.audit, name="audit"),
     path("tools", admin.tools, name="tools"),
     path("tools/<tool:name>", admin.tool_detail, name="tool"),
-    path("tools/<tool:name>/declaration", admin.tool_declaration, name="tool-declaration"),
-    path(
-        "tools/<tool:name>/rotate-secret", admin.tool_rotate_secret_view, name="tool-rotate-secret"
-    ),
     path("principals", admin.principals, name="principals"),
     path("tokens", admin.tokens, name="tokens"),
     path("tokens/<uuid:pk>/revoke", admin.token_revoke_view, name="token-revoke"),

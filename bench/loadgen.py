@@ -460,7 +460,9 @@ def median(values) -> float:
 
 
 def in_threads(count: int, fn, *args) -> list:
-    """Run fn(i, *args) in `count` threads; return their results; re-raise the first error."""
+    """Run fn(i, *args) in `count` threads; return their results; re-raise the first error.
+    The threads are daemons, so that an interrupt (Ctrl-C) ends the load at once instead of
+    after every client has finished its share."""
     results, errors = [None] * count, []
 
     def run(i):
@@ -469,7 +471,7 @@ def in_threads(count: int, fn, *args) -> list:
         except BaseException as exc:  # reported to the caller
             errors.append(exc)
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(count)]
     for t in threads:
         t.start()
     for t in threads:

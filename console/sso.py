@@ -43,6 +43,7 @@ from mozilla_django_oidc.views import (
 
 from core.audit import Actor, Verb, audit
 from core.models import Membership, Role, Tenant
+from core.services import operator_grant_role, operator_revoke_role
 
 from .models import BreakGlass, SsoIdentity
 from .timezones import remember_on_sign_in
@@ -144,17 +145,7 @@ def sso_sign_in(*, issuer: str, claims: dict, groups: list[str], roles: dict[str
         membership = held.pop(tenant.pk, None)
         if membership is None or membership.role != role:
             before = {"role": membership.role} if membership else None
-            membership, _ = Membership.objects.update_or_create(
-                user=user, tenant=tenant, defaults={"role": role}
-            )
-            audit(
-                actor=SSO,
-                verb=Verb.OPERATOR_GRANT_ROLE,
-                obj=membership,
-                tenant=tenant,
-                before=before,
-                after={**facts, "role": role},
-            )
+            operator_grant_role(user, tenant, role, actor=SSO, facts=facts, before=before)
         audit(
             actor=Actor("operator", user.username),
             verb=Verb.OPERATOR_SSO_SIGN_IN,
@@ -164,16 +155,8 @@ def sso_sign_in(*, issuer: str, claims: dict, groups: list[str], roles: dict[str
             after={**facts, "role": role},
         )
     for membership in held.values():  # no longer in a group that maps there
-        audit(
-            actor=SSO,
-            verb=Verb.OPERATOR_REVOKE_ROLE,
-            obj=membership,
-            tenant=membership.tenant,
-            before={"role": membership.role},
-            after=facts,
-            reason="the identity provider's groups no longer map to a role here",
-        )
-        membership.delete()
+        why = "the identity provider's groups no longer map to a role here"
+        operator_revoke_role(membership, actor=SSO, facts=facts, reason=why)
     identity.last_sign_in_at = timezone.now()
     identity.save(update_fields=["last_sign_in_at"])
     return user

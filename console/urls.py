@@ -1,7 +1,7 @@
 """The console's pages. Every mutation is a POST to a URL of its own."""
 
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import include, path
 
 from . import (
     action_views,
@@ -21,7 +21,31 @@ from . import (
 
 app_name = "console"
 
+
+action_urls = [
+    path("", action_views.action_detail, name="action"),
+    path("recheck/", action_views.action_recheck, name="action_recheck"),
+    path("claim/", action_views.action_claim, name="action_claim"),
+    path("release/", action_views.action_release, name="action_release"),
+    path("resolve/", action_views.action_resolve, name="action_resolve"),
+    path("acknowledge/", action_views.action_acknowledge, name="action_acknowledge"),
+]
+force_request_urls = [
+    path("", replay_views.force_review, name="force_review"),
+    path("confirm/", replay_views.force_request_decide, {"decision": "confirm"}, "force_confirm"),
+    path("reject/", replay_views.force_request_decide, {"decision": "reject"}, "force_reject"),
+]
+channel_urls = [
+    path("", notifications.channel_update_view, name="channel_update"),
+    path("rotate/", notifications.channel_rotate_view, name="channel_rotate"),
+    path("test/", notifications.channel_test_view, name="channel_test"),
+]
+
 urlpatterns = [
+    # One object's page and the POSTs that act on it, under its URL.
+    path("actions/<uuid:pk>/", include(action_urls)),
+    path("force-replays/<uuid:pk>/", include(force_request_urls)),
+    path("notifications/channels/<uuid:pk>/", include(channel_urls)),
     path("", views.queue, name="queue"),
     path("login/", signin.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
@@ -34,14 +58,6 @@ urlpatterns = [
     path("actions/", views.actions_list, name="actions"),
     path("actions.csv", views.actions_csv, name="actions_csv"),
     path("conflicts/", views.conflicts, name="conflicts"),
-    path("actions/<uuid:pk>/", action_views.action_detail, name="action"),
-    path("actions/<uuid:pk>/recheck/", action_views.action_recheck, name="action_recheck"),
-    path("actions/<uuid:pk>/claim/", action_views.action_claim, name="action_claim"),
-    path("actions/<uuid:pk>/release/", action_views.action_release, name="action_release"),
-    path("actions/<uuid:pk>/resolve/", action_views.action_resolve, name="action_resolve"),
-    path(
-        "actions/<uuid:pk>/acknowledge/", action_views.action_acknowledge, name="action_acknowledge"
-    ),
     path("approvals/", approval_views.approvals, name="approvals"),
     path("approvals/<uuid:pk>/state/", approval_views.approval_target_state, name="approval_state"),
     path("approvals/<uuid:pk>/grant/", approval_views.approval_grant, name="approval_grant"),
@@ -51,24 +67,11 @@ urlpatterns = [
     path("runs/<uuid:pk>/replay/", replay_views.run_replay, name="run_replay"),
     path("runs/<uuid:pk>/force-replay/", replay_views.run_force_replay, name="run_force_replay"),
     path("replays/", replay_views.replays, name="replays"),
+    path("replays.csv", replay_views.replays_csv, name="replays_csv"),
     path("force-replays/", replay_views.force_inbox, name="force_inbox"),
-    path("force-replays/<uuid:pk>/", replay_views.force_review, name="force_review"),
-    path(
-        "force-replays/<uuid:pk>/confirm/",
-        replay_views.force_request_decide,
-        {"decision": "confirm"},
-        name="force_confirm",
-    ),
-    path(
-        "force-replays/<uuid:pk>/reject/",
-        replay_views.force_request_decide,
-        {"decision": "reject"},
-        name="force_reject",
-    ),
     path("settings/", settings_views.tenant_settings, name="tenant_settings"),
     path("tools/", tools.tools, name="tools"),
     path("tools/<uuid:pk>/confirm/", tools.confirm_suggestion, name="tool_confirm"),
-    path("replays.csv", replay_views.replays_csv, name="replays_csv"),
     path("audit/", audit_views.audit, name="audit"),
     path("audit.csv", audit_views.audit_csv, name="audit_csv"),
     path("bulk/", bulk.bulk_preview, name="bulk_preview"),
@@ -76,26 +79,7 @@ urlpatterns = [
     path("bulk/done/", bulk.bulk_done, name="bulk_done"),
     path("notifications/", notifications.notifications, name="notifications"),
     path("notifications/channels/", notifications.channel_create_view, name="channel_create"),
-    path(
-        "notifications/channels/<uuid:pk>/",
-        notifications.channel_update_view,
-        name="channel_update",
-    ),
-    path(
-        "notifications/channels/<uuid:pk>/rotate/",
-        notifications.channel_rotate_view,
-        name="channel_rotate",
-    ),
-    path(
-        "notifications/channels/<uuid:pk>/test/",
-        notifications.channel_test_view,
-        name="channel_test",
-    ),
-    path(
-        "notifications/settings/",
-        settings_views.settings_save,
-        name="notification_settings",
-    ),
+    path("notifications/settings/", settings_views.settings_save, name="notification_settings"),
     path("notifications/deliveries/", notifications.deliveries, name="deliveries"),
     path(
         "notifications/deliveries/<int:pk>/retry/",

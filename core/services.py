@@ -62,18 +62,31 @@ def operator_create(
         elif created:
             user.set_unusable_password()
             user.save(update_fields=["password"])
-        membership, _ = Membership.objects.update_or_create(
-            user=user, tenant=tenant, defaults={"role": role}
-        )
+        operator_grant_role(user, tenant, role, actor=actor, facts={"username": username})
         _token, raw = _issue(actor, user=user)
-        audit(
-            actor=actor,
-            verb=Verb.OPERATOR_GRANT_ROLE,
-            obj=membership,
-            tenant=tenant,
-            after={"username": username, "role": role},
-        )
     return user, raw
+
+
+def operator_grant_role(
+    user, tenant: Tenant, role: str, *, actor: Actor, facts: dict, before=None
+) -> Membership:
+    """Give `user` `role` in `tenant` (a membership, new or changed), audited with `facts`
+    and the role, in the caller's transaction."""
+    membership, _ = Membership.objects.update_or_create(
+        user=user, tenant=tenant, defaults={"role": role}
+    )
+    after = {**facts, "role": role}
+    audit(actor=actor, verb=Verb.OPERATOR_GRANT_ROLE, obj=membership, before=before, after=after)
+    return membership
+
+
+def operator_revoke_role(membership: Membership, *, actor: Actor, facts: dict, reason: str) -> None:
+    """Take `membership` (a user's role in a tenant) away, audited with `facts`, in the
+    caller's transaction."""
+    before = {"role": membership.role}
+    verb = Verb.OPERATOR_REVOKE_ROLE
+    audit(actor=actor, verb=verb, obj=membership, before=before, after=facts, reason=reason)
+    membership.delete()
 
 
 def tool_create(
@@ -94,6 +107,11 @@ def tool_create(
     effect = effect or ToolEffect.UNSAFE
     _check_declaration(effect, lookup, requires_approval)
     validate_base_url(base_url)
+    facts = {
+        "lookup": lookup,
+        "identity_fields": list(identity_fields),
+        "timeout_seconds": timeout_seconds,
+    }
     return tool_insert(
         tenant=tenant,
         name=name,
@@ -104,24 +122,17 @@ def tool_create(
         identity_fields=identity_fields,
         timeout_seconds=timeout_seconds,
         actor=actor,
-        after=lambda tool: {
-            "name": name,
-            "base_url": base_url,
-            "effect": tool.effect,
-            "lookup": tool.lookup,
-            "requires_approval": requires_approval,
-            "identity_fields": tool.identity_fields,
-            "timeout_seconds": timeout_seconds,
-        },
+        facts=facts,
     )
 
 
 def tool_insert(
-    *, tenant: Tenant, name: str, identity_fields=(), actor: Actor, after, **fields
+    *, tenant: Tenant, name: str, identity_fields=(), actor: Actor, facts: dict, **fields
 ) -> Tool:
     """Write a new tool, checked by the caller (`tool_create`, `runs.mcp_tools`): a name the
     tenant already uses is refused, the declaration is stamped with `actor`, and the audit
-    row records `after(tool)`, in the same transaction."""
+    row records the tool's name, base URL, effect and approval rule, and `facts`, in the same
+    transaction."""
     with transaction.atomic():
         if Tool.objects.filter(tenant=tenant, name=name).exists():
             raise StateConflict(f"Tool {name!r} already exists in {tenant.slug}.")
@@ -133,7 +144,14 @@ def tool_insert(
             identity_fields=list(identity_fields),
             **fields,
         )
-        audit(actor=actor, verb=Verb.TOOL_CREATE, obj=tool, after=after(tool))
+        facts = {
+            "name": name,
+            "base_url": tool.base_url,
+            "effect": tool.effect,
+            "requires_approval": tool.requires_approval,
+            **facts,
+        }
+        audit(actor=actor, verb=Verb.TOOL_CREATE, obj=tool, after=facts)
     return tool
 
 

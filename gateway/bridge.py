@@ -21,12 +21,13 @@ and a bounded wait for an action's outcome sleeps in the request's thread as
 
 import asyncio
 import contextvars
-import os
 import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from core.perprocess import PerProcess
 
 _request: contextvars.ContextVar["BridgedRequest | None"] = contextvars.ContextVar(
     "takeover_mcp_request", default=None
@@ -73,47 +74,37 @@ class Bridge:
 
     def __init__(self, make_app: Callable[[], tuple[Callable, Any]]) -> None:
         self.make_app = make_app
-        self.lock = threading.Lock()
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.app = None
-        self.pid: int | None = None
+        self.running = PerProcess(self._start)
 
-    def _ensure(self) -> None:
-        # gunicorn may fork after import: a thread started in the parent does not exist in
-        # the child, so the check is per pid.
-        if self.loop is not None and self.pid == os.getpid():
-            return
-        with self.lock:
-            if self.loop is not None and self.pid == os.getpid():
-                return
-            ready = threading.Event()
-            failure: list[BaseException] = []
-            loop = asyncio.new_event_loop()
-            app, lifespan = self.make_app()
+    def _start(self) -> tuple[asyncio.AbstractEventLoop, Callable]:
+        ready = threading.Event()
+        failure: list[BaseException] = []
+        loop = asyncio.new_event_loop()
+        app, lifespan = self.make_app()
 
-            async def hold() -> None:
-                try:
-                    async with lifespan:
-                        ready.set()
-                        await asyncio.Event().wait()  # for the life of the process
-                except BaseException as exc:  # pragma: no cover - reported below
-                    failure.append(exc)
+        async def hold() -> None:
+            try:
+                async with lifespan:
                     ready.set()
-                    raise
+                    await asyncio.Event().wait()  # for the life of the process
+            except BaseException as exc:  # pragma: no cover - reported below
+                failure.append(exc)
+                ready.set()
+                raise
 
-            def run() -> None:
-                asyncio.set_event_loop(loop)
-                loop.run_until_complete(hold())
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            loop.run_until_complete(hold())
 
-            threading.Thread(target=run, name="takeover-mcp-loop", daemon=True).start()
-            ready.wait(10)
-            if failure:
-                raise RuntimeError("the MCP server did not start") from failure[0]
-            self.loop, self.app, self.pid = loop, app, os.getpid()
+        threading.Thread(target=run, name="takeover-mcp-loop", daemon=True).start()
+        ready.wait(10)
+        if failure:
+            raise RuntimeError("the MCP server did not start") from failure[0]
+        return loop, app
 
     def handle(self, scope: dict, body: bytes, info: Any) -> tuple[int, list, bytes]:
         """Serve one request through the ASGI app; Django work runs in this thread."""
-        self._ensure()
+        loop, app = self.running.get()
         request = BridgedRequest(info)
         status = [500]
         headers: list = []
@@ -141,12 +132,11 @@ class Bridge:
                         done.set()
 
             try:
-                await self.app(scope, receive, send)
+                await app(scope, receive, send)
             finally:
                 done.set()
 
-        assert self.loop is not None
-        concurrent = asyncio.run_coroutine_threadsafe(serve(), self.loop)
+        concurrent = asyncio.run_coroutine_threadsafe(serve(), loop)
         concurrent.add_done_callback(lambda _: request.work.put(None))
         while (item := request.work.get()) is not None:
             fn, args, kwargs, future = item
@@ -154,6 +144,6 @@ class Bridge:
                 value, error = fn(*args, **kwargs), None
             except BaseException as exc:  # handed to the awaiting coroutine
                 value, error = None, exc
-            self.loop.call_soon_threadsafe(_settle, future, value, error)
+            loop.call_soon_threadsafe(_settle, future, value, error)
         concurrent.result()
         return status[0], headers, b"".join(chunks)

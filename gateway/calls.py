@@ -165,9 +165,9 @@ def validator_for(schema: dict):
     return validator
 
 
-def _intent(tool: Tool, arguments: dict) -> tuple[str, dict, int | None, str]:
-    """(target, desired_state, expected_version, reason) from the arguments, or ValueError
-    in words a model can act on."""
+def _intent(tool: Tool, arguments: dict) -> dict:
+    """The proposal's `target`, `desired_state`, `expected_version` and `reason` from the
+    arguments, or ValueError in words a model can act on."""
     error = jsonschema.exceptions.best_match(
         validator_for(input_schema_for(tool)).iter_errors(arguments)
     )
@@ -178,16 +178,16 @@ def _intent(tool: Tool, arguments: dict) -> tuple[str, dict, int | None, str]:
         raise ValueError(f"arguments: {why}")
     if tool.kind == ToolKind.MCP:
         target, desired = split_arguments(tool, arguments)
-        return target, desired, None, ""
+        return {"target": target, "desired_state": desired, "expected_version": None, "reason": ""}
     version = arguments.get("expected_version")
     if version is not None and not -(2**63) <= version < 2**63:
         raise ValueError("expected_version: outside 64-bit integers")
-    return (
-        arguments["target"],
-        arguments["desired_state"],
-        version,
-        (arguments.get("reason") or "").strip(),
-    )
+    return {
+        "target": arguments["target"],
+        "desired_state": arguments["desired_state"],
+        "expected_version": version,
+        "reason": (arguments.get("reason") or "").strip(),
+    }
 
 
 def derived_key(run_id, tool: Tool, arguments: dict) -> str:
@@ -485,26 +485,18 @@ def call_tool(caller: Caller, name: str, arguments: dict | None, meta: dict) -> 
     key = meta_key(meta)
     arguments = arguments if arguments is not None else {}
     try:
-        target, desired, version, reason = _intent(tool, arguments)
+        intent = _intent(tool, arguments)
     except ValueError as exc:
         return Outcome(tool_error(f"Invalid arguments for {name}: {exc}. Nothing was applied."))
     run = named_run(caller, named) if named else kept_run(caller, running)
+    proposal = {"run": run, "tool": tool, "actor": caller.actor, **intent}
     if tool.effect == ToolEffect.READ_ONLY:
-        return _read(caller, tool, run, key, target, desired, version, reason)
+        return _read(caller, key, proposal)
     if key is None:
         key = derived_key(run.pk, tool, arguments)
     try:
         with origin.proposing_from(origin.MCP, caller.client):
-            action, created, changed = action_propose(
-                run=run,
-                tool=tool,
-                target=target,
-                desired_state=desired,
-                expected_version=version,
-                idempotency_key=key,
-                reason=reason,
-                actor=caller.actor,
-            )
+            action, created, changed = action_propose(idempotency_key=key, **proposal)
     except IdempotencyConflict:
         return Outcome(
             tool_error(
@@ -523,39 +515,29 @@ def call_tool(caller: Caller, name: str, arguments: dict | None, meta: dict) -> 
     return Outcome(result_for(resource, replayed=not created, changed=changed))
 
 
-def _read(caller, tool, run, key, target, desired, version, reason) -> Outcome:
+def _read(caller, key: str | None, proposal: dict) -> Outcome:
     """A read_only tool's call passes through: recorded as an action (no ledger key, no
     approval), proposed and claimed at once (`runs.propose.read_claimed`), dispatched here,
     in this request's thread, by the engine's own dispatch and settle, and its whole answer
     handed back. No worker is woken for it and none can take it.
 
-    Its records are committed without waiting for the WAL to reach the disk
-    (`synchronous_commit = off`, set by the claim on this request's connection and reset
-    once the read is settled): a crash may lose the record of a read from its last fraction
-    of a second; a read changed nothing, and every side effect's records keep waiting for
-    the flush as always."""
+    Its two writes (the claim and the settle) are committed without waiting for the WAL to
+    reach the disk (`synchronous_commit = off` within each statement's own transaction,
+    nothing left set on the connection): a crash may lose the record of a read from its
+    last fraction of a second; a read changed nothing, and every side effect's records keep
+    waiting for the flush as always."""
     try:
         with origin.proposing_from(origin.MCP, caller.client):
             action, attempt = read_claimed(
-                run=run,
-                tool=tool,
-                target=target,
-                desired_state=desired,
-                expected_version=version,
                 key=key,
-                reason=reason,
-                actor=caller.actor,
                 claimer=DISPATCHER,
-                lease=lease_for(tool),
+                lease=lease_for(proposal["tool"]),
                 unflushed=True,
+                **proposal,
             )
     except RunNotRunning as exc:
         return Outcome(tool_error(f"{exc} Start a new run, or leave out {RUN_META!r}."))
-    try:
-        dispatch_leased(action, attempt)
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("RESET synchronous_commit")
+    dispatch_leased(action, attempt, unflushed=True)
     upstream = take_answer(action.pk)
     if action.state == ActionState.SUCCEEDED:
         return Outcome(_passed_through(action, upstream))

@@ -1,7 +1,5 @@
 """Ledger services. Callers own the transaction; each function assumes it runs inside one."""
 
-import uuid
-
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -62,15 +60,22 @@ def ledger_reserve(
     entry, params = ledger_reserve_statement(
         tenant=tenant, key=key, fingerprint=fingerprint, tool=tool, action_id=action_id
     )
+    entry = ledger_reserve_execute(entry, RESERVE, params)
+    if entry is not None and not audit_later:
+        audit(**ledger_reserve_audit(entry, actor=actor))
+    return entry
+
+
+def ledger_reserve_execute(entry: LedgerEntry, sql: str, params: dict) -> LedgerEntry | None:
+    """Run `RESERVE` (or a statement built around it that answers the generation first) for
+    `ledger_reserve_statement`'s entry: the entry, saved, or None when the key is live."""
     with connection.cursor() as cursor:
-        cursor.execute(RESERVE, params)
+        cursor.execute(sql, params)
         row = cursor.fetchone()
     if row is None:
         return None
     entry.generation = row[0]
-    entry._state.adding = False
-    if not audit_later:
-        audit(**ledger_reserve_audit(entry, actor=actor))
+    entry._state.adding, entry._state.db = False, connection.alias
     return entry
 
 
@@ -78,14 +83,12 @@ def ledger_reserve_statement(*, tenant, key, fingerprint, tool, action_id):
     """The unsaved entry a reservation would create, and `RESERVE`'s parameters for it (the
     proposal runs `RESERVE` inside its own one-statement insert)."""
     now = timezone.now()
-    entry = LedgerEntry(
-        id=uuid.uuid4(),
+    entry = LedgerEntry(  # a new id, and `reserved`: the model's defaults
         tenant=tenant,
         key=key,
         fingerprint=fingerprint,
         tool=tool,
         action_id=action_id,
-        status=LedgerStatus.RESERVED,
         created_at=now,
         updated_at=now,
     )

@@ -18,7 +18,6 @@ import hashlib
 import hmac
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -31,6 +30,7 @@ from django.utils import timezone
 from core import queue
 from core.audit import Actor
 from core.models import Tenant
+from core.perprocess import PerProcess
 
 from .kinds import KINDS
 from .models import (
@@ -164,8 +164,13 @@ class Sent:
     give_up: bool = False
 
 
-_http: httpx.Client | None = None
-_http_pid: int | None = None
+def _client() -> httpx.Client:
+    from core.egress import egress_client
+
+    return egress_client(limits=httpx.Limits(max_connections=None, max_keepalive_connections=0))
+
+
+_http = PerProcess(_client)
 
 
 def http_client() -> httpx.Client:
@@ -173,15 +178,7 @@ def http_client() -> httpx.Client:
     address checked at every connection (no DNS rebinding), no proxy from the environment,
     no redirects (a 3xx is the receiver's answer, never a way to send us elsewhere), no
     keep-alive. Thread-safe; one per process (a forked child builds its own)."""
-    global _http, _http_pid
-    if _http is None or _http_pid != os.getpid():
-        from core.egress import egress_client
-
-        _http_pid = os.getpid()
-        _http = egress_client(
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=0)
-        )
-    return _http
+    return _http.get()
 
 
 def _post(channel: NotificationChannel, delivery, body: dict) -> Sent:

@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from approvals.models import ApprovalRequest, RequestState
 from core.models import Tenant
+from notifications.kinds import KINDS
 from notifications.services import already_fired, emit, tenants_listening
 
 from .models import Action
@@ -29,8 +30,17 @@ from .states import ActionState
 from .wakeup import wake_workers
 
 
-def _emit(**kwargs) -> int:
-    created = emit(**kwargs)
+def _emit(kind: str, subject, summary: str, data: dict) -> int:
+    """The `kind` event about `subject` (a row of its tenant's), in the caller's transaction;
+    the kind says what type of subject that is."""
+    created = emit(
+        tenant=subject.tenant,
+        kind=kind,
+        subject_type=KINDS[kind].subject,
+        subject_id=subject.pk,
+        summary=summary,
+        data=data,
+    )
     if created:
         # After commit, never inside: a drainer must find the committed rows.
         transaction.on_commit(wake_workers, robust=True)
@@ -60,14 +70,8 @@ def _action_data(action: Action) -> dict:
 
 def notify_needs_human(action: Action, *, why: str) -> int:
     """Reconciliation could not prove the outcome (inside the move's transaction)."""
-    return _emit(
-        tenant=action.tenant,
-        kind="action.needs_human",
-        subject_type="action",
-        subject_id=action.pk,
-        summary=f"{action.tool.name} → {action.target} needs a human: {why}.",
-        data={**_action_data(action), "why": why},
-    )
+    summary = f"{action.tool.name} → {action.target} needs a human: {why}."
+    return _emit("action.needs_human", action, summary, {**_action_data(action), "why": why})
 
 
 def _request_data(request: ApprovalRequest, action: Action | None) -> dict:
@@ -91,64 +95,53 @@ def _request_data(request: ApprovalRequest, action: Action | None) -> dict:
 def notify_approval_requested(request: ApprovalRequest, action: Action) -> int:
     """An action waits for an approver (inside the proposal's transaction)."""
     said = f" The agent says: “{action.reason}”" if action.reason else ""
-    return _emit(
-        tenant=request.tenant,
-        kind="approval.requested",
-        subject_type="approvalrequest",
-        subject_id=request.pk,
-        summary=f"Approval requested: {request.tool.name} → {request.target} "
-        f"(principal {request.principal.name}).{said}",
-        data=_request_data(request, action),
+    summary = (
+        f"Approval requested: {request.tool.name} → {request.target} "
+        f"(principal {request.principal.name}).{said}"
     )
+    return _emit("approval.requested", request, summary, _request_data(request, action))
+
+
+def _at_risk(tools: list[str] | None) -> str:
+    """The tools a forced replay may call again, in words (None: the verdict could not tell)."""
+    if tools is None:
+        return "unknown"
+    return ", ".join(tools) if tools else "none"
 
 
 def notify_force_replay(run, new_run, *, actor, reason: str, tools_at_risk) -> int:
     """A forced replay was created (inside the replay's transaction)."""
-    at_risk = (
-        "unknown"
-        if tools_at_risk is None
-        else (", ".join(tools_at_risk) if tools_at_risk else "none")
+    at_risk = _at_risk(tools_at_risk)
+    summary = (
+        f"{actor.kind}:{actor.name} forced a replay of run {str(run.pk)[:8]} "
+        f"(new run {str(new_run.pk)[:8]}). Tools at risk: {at_risk}. Reason: {reason}"
     )
-    return _emit(
-        tenant=run.tenant,
-        kind="replay.forced",
-        subject_type="run",
-        subject_id=new_run.pk,
-        summary=f"{actor.kind}:{actor.name} forced a replay of run {str(run.pk)[:8]} "
-        f"(new run {str(new_run.pk)[:8]}). Tools at risk: {at_risk}. Reason: {reason}",
-        data={
-            "original_run": str(run.pk),
-            "new_run": str(new_run.pk),
-            "actor": actor.as_dict(),
-            "reason": reason,
-            "tools_at_risk": tools_at_risk,
-        },
-    )
+    data = {
+        "original_run": str(run.pk),
+        "new_run": str(new_run.pk),
+        "actor": actor.as_dict(),
+        "reason": reason,
+        "tools_at_risk": tools_at_risk,
+    }
+    return _emit("replay.forced", new_run, summary, data)
 
 
 def notify_force_request(request, *, actor) -> int:
     """A force replay waits for a second admin (inside the request's transaction)."""
-    at_risk = (
-        "unknown"
-        if request.tools_at_risk is None
-        else (", ".join(request.tools_at_risk) if request.tools_at_risk else "none")
-    )
-    return _emit(
-        tenant=request.tenant,
-        kind="replay.force_requested",
-        subject_type="force_request",
-        subject_id=request.pk,
-        summary=f"{actor.kind}:{actor.name} asks to force a replay of run "
+    at_risk = _at_risk(request.tools_at_risk)
+    summary = (
+        f"{actor.kind}:{actor.name} asks to force a replay of run "
         f"{str(request.run_id)[:8]}; a different admin must confirm. Tools at risk: "
-        f"{at_risk}. Reason: {request.reason}",
-        data={
-            "request": str(request.pk),
-            "run": str(request.run_id),
-            "requested_by": actor.as_dict(),
-            "reason": request.reason,
-            "tools_at_risk": request.tools_at_risk,
-        },
+        f"{at_risk}. Reason: {request.reason}"
     )
+    data = {
+        "request": str(request.pk),
+        "run": str(request.run_id),
+        "requested_by": actor.as_dict(),
+        "reason": request.reason,
+        "tools_at_risk": request.tools_at_risk,
+    }
+    return _emit("replay.force_requested", request, summary, data)
 
 
 # --- the sweep: time-based notifications, once each ---------------------------------------------
@@ -164,24 +157,15 @@ def alerts_sweep(*, now=None) -> int:
 
 def _fire(kind: str, threshold: str, due, notice) -> int:
     """For each tenant listening for `kind` whose `threshold` setting is on: `due(tenant)`
-    lists its subjects, `notice(tenant, subject)` says (subject_type, summary, data); each
-    is emitted in its own transaction, once."""
+    lists its subjects, `notice(tenant, subject)` says (summary, data); each is emitted in
+    its own transaction, once."""
     fired = 0
     tenants = Tenant.objects.filter(pk__in=tenants_listening(kind), **{f"{threshold}__gt": 0})
     for tenant in tenants:
         for subject in due(tenant):
-            subject_type, summary, data = notice(tenant, subject)
+            summary, data = notice(tenant, subject)
             with transaction.atomic():
-                fired += bool(
-                    _emit(
-                        tenant=tenant,
-                        kind=kind,
-                        subject_type=subject_type,
-                        subject_id=subject.pk,
-                        summary=summary,
-                        data=data,
-                    )
-                )
+                fired += bool(_emit(kind, subject, summary, data))
     return fired
 
 
@@ -213,7 +197,7 @@ def _unknown_overdue(now) -> int:
             "unknown_since": action.updated_at.isoformat(),
             "reconcile_failures": action.reconcile_failures,
         }
-        return "action", summary, data
+        return summary, data
 
     return _fire(kind, "unknown_alert_seconds", due, notice)
 
@@ -245,7 +229,7 @@ def _requests_expiring(now) -> int:
             f"Approval request for {request.tool.name} → {request.target} expires in "
             f"{_minutes(left)}; without a decision its action is blocked (approval_expired)."
         )
-        return "approvalrequest", summary, _request_data(request, request.waiting_action)
+        return summary, _request_data(request, request.waiting_action)
 
     return _fire(kind, "approval_expiry_warning_seconds", due, notice)
 
@@ -268,6 +252,6 @@ def _requests_over_sla(now) -> int:
             **_request_data(request, request.waiting_action),
             "sla_seconds": tenant.approval_sla_seconds,
         }
-        return "approvalrequest", summary, data
+        return summary, data
 
     return _fire(kind, "approval_sla_seconds", due, notice)

@@ -105,6 +105,12 @@ def mcp_tool_register(
     config["input_schema"] = listing.get("inputSchema") or {"type": "object"}
     config["annotations"] = annotations
     config["suggested"] = suggested_effect(annotations)
+    facts = {
+        "kind": ToolKind.MCP,
+        "mcp": {k: config[k] for k in ("tool", "read_tool", "lookup_tool")},
+        "suggested": config["suggested"],
+        "annotations": annotations,
+    }
     return tool_insert(
         tenant=tenant,
         name=name,
@@ -117,16 +123,7 @@ def mcp_tool_register(
         identity_fields=identity_fields,
         timeout_seconds=timeout_seconds,
         actor=actor,
-        after=lambda tool: {
-            "name": name,
-            "kind": ToolKind.MCP,
-            "base_url": base_url,
-            "mcp": {k: config[k] for k in ("tool", "read_tool", "lookup_tool")},
-            "effect": tool.effect,
-            "suggested": config["suggested"],
-            "annotations": annotations,
-            "requires_approval": requires_approval,
-        },
+        facts=facts,
     )
 
 

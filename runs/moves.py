@@ -185,6 +185,9 @@ SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM attempt),
        (SELECT count(*) FROM ledger), (SELECT count(*) FROM audited),
        (SELECT count(*) FROM notified)
 """
+# The same, committed without waiting for the WAL flush: `set_config(..., true)` lasts for
+# the statement's own transaction only, so nothing is left to reset on the connection.
+SETTLE_SQL_UNFLUSHED = SETTLE_SQL.rstrip() + ", set_config('synchronous_commit', 'off', true)\n"
 
 
 # queued → dispatching for the picked rows, in ONE statement: the move (its lease from the
@@ -282,18 +285,20 @@ def action_settle_dispatch(
     detail: str,
     actor: Actor,
     reason: str,
+    unflushed: bool = False,
     **fields,
 ) -> bool:
     """dispatching → `to`, with the attempt closed, in one statement. False when the action
     is no longer dispatching (or its attempt was already closed by the sweeper): nothing
-    was written, and the caller records the late answer its own way."""
+    was written, and the caller records the late answer its own way. `unflushed`: its
+    commit does not wait for the WAL to reach the disk (a read's settle only)."""
     check_move(ActionState.DISPATCHING, to)
     LEDGER.check(LEDGER_STATUS_FOR[ActionState.DISPATCHING], LEDGER_STATUS_FOR[to])
     now = timezone.now()
     next_reconcile_at = now if to == ActionState.UNKNOWN else None
     with connection.cursor() as cursor:
         cursor.execute(
-            SETTLE_SQL,
+            SETTLE_SQL_UNFLUSHED if unflushed else SETTLE_SQL,
             {
                 "now": now,
                 "attempt": attempt.pk,

@@ -24,11 +24,14 @@ def proposing_from(origin: str, client: str = ""):
         origin_var.reset(token)
 
 
-def current() -> tuple[str, str]:
-    return origin_var.get()
+def action_fields() -> dict:
+    """Where the proposal being made comes from, as its action's `origin` and `client`."""
+    origin, client = origin_var.get()
+    return {"origin": origin, "client": client}
 
 
 def as_dict() -> dict:
+    """The same for an audit event (a client not named is null)."""
     origin, client = origin_var.get()
     return {"origin": origin, "client": client or None}
 

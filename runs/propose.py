@@ -29,6 +29,7 @@ from ledger.services import (
     ledger_live_entry,
     ledger_reserve,
     ledger_reserve_audit,
+    ledger_reserve_execute,
     ledger_reserve_statement,
     ledger_set_status,
 )
@@ -52,6 +53,18 @@ def intent_fingerprint(*, principal, tool, target, desired_state, expected_versi
             "expected_version": expected_version,
         }
     )
+
+
+def _intent(run, tool, target: str, desired_state: dict, expected_version) -> dict:
+    """What a proposal asks for, as its run's principal: the fields an approval binds and
+    the fingerprint covers."""
+    return {
+        "principal": run.principal,
+        "tool": tool,
+        "target": target,
+        "desired_state": desired_state,
+        "expected_version": expected_version,
+    }
 
 
 def action_propose(**kwargs) -> tuple[Action, bool, bool]:
@@ -133,69 +146,32 @@ def _action_propose(
     """
     if run.status != RunStatus.RUNNING:
         raise RunNotRunning(f"This run is {run.status}; only a running run may propose.")
-    principal = run.principal
     tenant = run.tenant
-    intent = {
-        "principal": principal,
-        "tool": tool,
-        "target": target,
-        "desired_state": desired_state,
-        "expected_version": expected_version,
-    }
+    intent = _intent(run, tool, target, desired_state, expected_version)
     intent_fp = intent_fingerprint(**intent)
     if tool.effect == ToolEffect.READ_ONLY:
-        return (
-            _read_action_create(
-                run=run,
-                fingerprint=intent_fp,
-                key=idempotency_key,
-                approval_id=approval_id,
-                reason=reason,
-                actor=actor,
-                **intent,
-            ),
-            True,
-            False,
-        )
-    if known is not None and known.action is not None:
-        return _ledger_hit(known.fingerprint, known.action, intent_fp, desired_state)
-    if known is None and (entry := ledger_live_entry(tenant, idempotency_key)) is not None:
-        return _ledger_hit(entry.fingerprint, _action_of(entry), intent_fp, desired_state)
-    action_id = uuid.uuid4()
-    if approval_id is None and not tool.requires_approval:
-        action = _propose_queued(
-            action_id,
-            run=run,
-            key=idempotency_key,
-            fingerprint=intent_fp,
-            reason=reason,
-            actor=actor,
-            **intent,
-        )
-        if action is None:
-            return _winners_hit(tenant, idempotency_key, intent_fp, desired_state)
-        return action, True, False
-    with transaction.atomic():
-        entry = ledger_reserve(
-            tenant=tenant,
-            key=idempotency_key,
-            fingerprint=intent_fp,
-            tool=tool.name,
-            action_id=action_id,
-            actor=actor,
-            audit_later=True,
-        )
-        if entry is None:
-            return _winners_hit(tenant, idempotency_key, intent_fp, desired_state)
-        action = _create_action(
-            action_id,
-            run=run,
-            entry=entry,
-            approval_id=approval_id,
-            reason=reason,
-            actor=actor,
-            **intent,
-        )
+        write = _read_action_create  # a read holds no key: always a new action
+    else:
+        if known is not None and known.action is not None:
+            return _ledger_hit(known.fingerprint, known.action, intent_fp, desired_state)
+        if known is None and (entry := ledger_live_entry(tenant, idempotency_key)) is not None:
+            return _ledger_hit(entry.fingerprint, _action_of(entry), intent_fp, desired_state)
+        # Straight to the queue in one statement, or, presenting or needing an approval, in a
+        # transaction; either writes nothing and answers None when the key is live already.
+        queued = approval_id is None and not tool.requires_approval
+        write = _propose_queued if queued else _create_action
+    action = write(
+        uuid.uuid4(),
+        run=run,
+        key=idempotency_key,
+        fingerprint=intent_fp,
+        approval_id=approval_id,
+        reason=reason,
+        actor=actor,
+        **intent,
+    )
+    if action is None:
+        return _winners_hit(tenant, idempotency_key, intent_fp, desired_state)
     return action, True, False
 
 
@@ -220,7 +196,7 @@ SELECT generation, pg_notify('takeover_work', %(work_note)s) FROM entry
 
 
 def _propose_queued(
-    action_id, *, run, key, fingerprint, reason, actor: Actor, **binding
+    action_id, *, run, key, fingerprint, approval_id, reason, actor: Actor, **binding
 ) -> Action | None:
     """The common proposal, one that goes straight to the queue (no approval presented, none
     required), written in ONE statement in autocommit: the key's ledger reservation, the
@@ -236,26 +212,22 @@ def _propose_queued(
         action_id=action_id,
     )
     action = _new_action(
-        action_id, run=run, approval_id=None, reason=reason, entry=entry, **binding
+        action_id, run=run, approval_id=approval_id, reason=reason, entry=entry, **binding
     )
     reserved, proposed = _proposal_events(entry, action, actor=actor)
     params["action_row"] = rows.record(action)
     params["reserved_row"], params["proposed_row"] = rows.record(reserved), rows.record(proposed)
     params["work_note"] = queued_note(action_id)
-    with connection.cursor() as cursor:
-        cursor.execute(PROPOSE_QUEUED, params)
-        row = cursor.fetchone()
-    if row is None:
+    if ledger_reserve_execute(entry, PROPOSE_QUEUED, params) is None:
         return None
-    entry.generation = row[0]
-    for obj in (entry, action):
-        obj._state.adding, obj._state.db = False, connection.alias
+    action._state.adding, action._state.db = False, connection.alias
     action.ledger_entry = entry
     enqueue_dispatch(notified=True)  # the statement's pg_notify told the listening workers
     return action
 
 
 def _read_action_create(
+    action_id,
     *,
     run,
     fingerprint,
@@ -274,7 +246,6 @@ def _read_action_create(
     Idempotency-Key. An `approval_id` the runtime presents anyway is still checked, and
     consumed at claim, as for any action.
     """
-    action_id = uuid.uuid4()
     with transaction.atomic():
         action = _new_action(
             action_id,
@@ -286,22 +257,7 @@ def _read_action_create(
             **binding,
         )
         action.save(force_insert=True)
-        audit(
-            actor=actor,
-            verb=Verb.ACTION_PROPOSE,
-            obj=action,
-            reason=reason,
-            after={
-                "state": action.state,
-                "block_reason": action.block_reason or None,
-                "idempotency_key": action.idempotency_key,
-                "approval_id": str(approval_id) if approval_id else None,
-                "effect": ToolEffect.READ_ONLY,
-                "ledger": None,
-                "declaration": binding["tool"].declaration,
-                **origin.as_dict(),
-            },
-        )
+        audit(**_proposal_audit(action, actor=actor))
         if action.state == ActionState.QUEUED:
             enqueue_dispatch(action_id=action.pk)
     return action
@@ -371,22 +327,15 @@ def read_claimed(
     it queued, so none is woken and none can take it; should the caller die, the lease runs
     out and the sweeper hands it to reconciliation, as for any dispatch.
 
-    `unflushed`: the statement also sets `synchronous_commit = off` for the rest of this
-    connection's session (its own commit included), and the caller RESETs it once the
-    read is settled: a crash may lose the record of a read from its last fraction of a
-    second; a read changed nothing."""
+    `unflushed`: the statement's own commit does not wait for the WAL to reach the disk
+    (`synchronous_commit = off` for its transaction only: nothing is left set on the
+    connection): a crash may lose the record of a read from its last fraction of a second;
+    a read changed nothing."""
     if run.status != RunStatus.RUNNING:
         raise RunNotRunning(f"This run is {run.status}; only a running run may propose.")
     assert tool.effect == ToolEffect.READ_ONLY, "only a read is claimed by its proposer"
     check_move(ActionState.QUEUED, ActionState.DISPATCHING)
-    principal = run.principal
-    binding = {
-        "principal": principal,
-        "tool": tool,
-        "target": target,
-        "desired_state": desired_state,
-        "expected_version": expected_version,
-    }
+    binding = _intent(run, tool, target, desired_state, expected_version)
     action_id = uuid.uuid4()
     action = _new_action(
         action_id,
@@ -397,24 +346,8 @@ def read_claimed(
         reason=reason,
         **binding,
     )
-    proposed = AuditEvent(
-        **audit_fields(
-            actor=actor,
-            verb=Verb.ACTION_PROPOSE,
-            obj=action,
-            reason=reason,
-            after={
-                "state": ActionState.QUEUED,
-                "block_reason": None,
-                "idempotency_key": action.idempotency_key,
-                "approval_id": None,
-                "effect": ToolEffect.READ_ONLY,
-                "ledger": None,
-                "declaration": tool.declaration,
-                **origin.as_dict(),
-            },
-        )
-    )
+    # Proposed as queued; the claim below moves it to dispatching.
+    proposed = AuditEvent(**audit_fields(**_proposal_audit(action, actor=actor)))
     now = timezone.now()
     action.state, action.lease_expires_at = ActionState.DISPATCHING, now + lease
     claimed = AuditEvent(
@@ -430,7 +363,7 @@ def read_claimed(
     attempt = Attempt(action=action, number=1, started_at=now)
     sql = READ_CLAIMED.format(
         attempt_columns=_attempt_columns(),
-        unflushed=", set_config('synchronous_commit', 'off', false)" if unflushed else "",
+        unflushed=", set_config('synchronous_commit', 'off', true)" if unflushed else "",
     )
     with connection.cursor() as cursor:
         cursor.execute(
@@ -489,10 +422,8 @@ def _new_action(
         state = ActionState.AWAITING_APPROVAL
     if entry is not None:
         key, fingerprint = entry.key, entry.fingerprint
-    source, client = origin.current()
     return Action(
-        origin=source,
-        client=client,
+        **origin.action_fields(),
         id=action_id,
         tenant=run.tenant,
         run=run,
@@ -514,51 +445,72 @@ def _proposal_events(entry, action: Action, *, actor: Actor) -> list[AuditEvent]
     """The ledger's reservation and the proposal, audited (unsaved)."""
     return [
         AuditEvent(**audit_fields(**ledger_reserve_audit(entry, actor=actor))),
-        AuditEvent(
-            **audit_fields(
-                actor=actor,
-                verb=Verb.ACTION_PROPOSE,
-                obj=action,
-                reason=action.reason,
-                after={
-                    "state": action.state,
-                    "block_reason": action.block_reason or None,
-                    "idempotency_key": entry.key,
-                    "approval_id": str(action.approval_id) if action.approval_id else None,
-                    **origin.as_dict(),
-                },
-            )
-        ),
+        AuditEvent(**audit_fields(**_proposal_audit(action, actor=actor))),
     ]
 
 
+def _proposal_audit(action: Action, *, actor: Actor) -> dict:
+    """The `action.propose` event, as `audit()`'s arguments: the state the action starts in
+    and what it presented. A read says so: no ledger entry, and the declaration it passed
+    through under."""
+    after = {
+        "state": action.state,
+        "block_reason": action.block_reason or None,
+        "idempotency_key": action.idempotency_key,
+        "approval_id": str(action.approval_id) if action.approval_id else None,
+    }
+    if action.effect == ToolEffect.READ_ONLY:
+        after |= {"effect": action.effect, "ledger": None, "declaration": action.tool.declaration}
+    return {
+        "actor": actor,
+        "verb": Verb.ACTION_PROPOSE,
+        "obj": action,
+        "reason": action.reason,
+        "after": {**after, **origin.as_dict()},
+    }
+
+
 def _create_action(
-    action_id, *, run, entry, approval_id, reason="", actor: Actor, **binding
-) -> Action:
-    """A proposal that presents an approval or needs one, inside the caller's transaction
-    (the common one, straight to the queue, is `_propose_queued`)."""
-    action = _new_action(
-        action_id,
-        run=run,
-        approval_id=approval_id,
-        reason=reason,
-        entry=entry,
-        needs_approval=binding["tool"].requires_approval,
-        **binding,
-    )
-    state = action.state
-    action.save(force_insert=True)
-    if state == ActionState.AWAITING_APPROVAL:
-        request = approval_request_open(
-            tenant=run.tenant, action_id=action.id, actor=actor, **binding
+    action_id, *, run, key, fingerprint, approval_id, reason="", actor: Actor, **binding
+) -> Action | None:
+    """A proposal that presents an approval or needs one, in one transaction: the key's
+    reservation (None when the key is live already, and nothing written), the action, its
+    approval request when it waits for one, and their audit events (the common proposal,
+    straight to the queue, is `_propose_queued`)."""
+    with transaction.atomic():
+        entry = ledger_reserve(
+            tenant=run.tenant,
+            key=key,
+            fingerprint=fingerprint,
+            tool=binding["tool"].name,
+            action_id=action_id,
+            actor=actor,
+            audit_later=True,
         )
-        action.approval_request = request
-        action.save(update_fields=["approval_request"])
-        alerts.notify_approval_requested(request, action)
-    # The ledger's reservation and the proposal, audited in one INSERT.
-    rows.insert_many(AuditEvent, _proposal_events(entry, action, actor=actor))
-    if state == ActionState.BLOCKED:
-        ledger_set_status(entry.pk, LedgerStatus.VOID, source=LedgerStatus.RESERVED)
-    if state == ActionState.QUEUED:
-        enqueue_dispatch(action_id=action.pk)
+        if entry is None:
+            return None
+        action = _new_action(
+            action_id,
+            run=run,
+            approval_id=approval_id,
+            reason=reason,
+            entry=entry,
+            needs_approval=binding["tool"].requires_approval,
+            **binding,
+        )
+        state = action.state
+        action.save(force_insert=True)
+        if state == ActionState.AWAITING_APPROVAL:
+            request = approval_request_open(
+                tenant=run.tenant, action_id=action.id, actor=actor, **binding
+            )
+            action.approval_request = request
+            action.save(update_fields=["approval_request"])
+            alerts.notify_approval_requested(request, action)
+        # The ledger's reservation and the proposal, audited in one INSERT.
+        rows.insert_many(AuditEvent, _proposal_events(entry, action, actor=actor))
+        if state == ActionState.BLOCKED:
+            ledger_set_status(entry.pk, LedgerStatus.VOID, source=LedgerStatus.RESERVED)
+        if state == ActionState.QUEUED:
+            enqueue_dispatch(action_id=action.pk)
     return action

@@ -436,13 +436,8 @@ def run_replay(run: Run, *, force: bool, reason: str, actor: Actor) -> Run:
             after["safe_tools"] = verdict.safe_tools
         audit(actor=actor, verb=Verb.RUN_REPLAY, obj=new_run, after=after, reason=reason)
         if force:
-            audit(
-                actor=actor,
-                verb=Verb.FORCE_REPLAY,
-                obj=run,
-                after={"new_run": str(new_run.pk), "tools_at_risk": verdict.tools_at_risk},
-                reason=reason,
-            )
+            after = {"new_run": str(new_run.pk), "tools_at_risk": verdict.tools_at_risk}
+            audit(actor=actor, verb=Verb.FORCE_REPLAY, obj=run, after=after, reason=reason)
             alerts.notify_force_replay(
                 run, new_run, actor=actor, reason=reason, tools_at_risk=verdict.tools_at_risk
             )
@@ -496,13 +491,8 @@ def run_force_replay(run: Run, *, reason: str, actor: Actor):
                 "A force replay of this run already waits for a second admin.",
                 tools_at_risk=verdict.tools_at_risk,
             ) from exc
-        audit(
-            actor=actor,
-            verb=Verb.FORCE_REPLAY_REQUEST,
-            obj=run,
-            after={"request": str(request.pk), "tools_at_risk": verdict.tools_at_risk},
-            reason=reason,
-        )
+        after = {"request": str(request.pk), "tools_at_risk": verdict.tools_at_risk}
+        audit(actor=actor, verb=Verb.FORCE_REPLAY_REQUEST, obj=run, after=after, reason=reason)
         alerts.notify_force_request(request, actor=actor)
     return None, request
 

@@ -23,12 +23,13 @@ Known quirks:
   `DATABASE_LISTEN_URL` at PostgreSQL itself (or a session-mode pool).
 """
 
-import os
 import threading
 from collections import defaultdict
 
 from django.conf import settings
 from django.db import connection
+
+from core.perprocess import PerProcess
 
 from .wakeup import listen
 
@@ -56,14 +57,13 @@ class Waiters:
         self.events: dict[str, set[threading.Event]] = defaultdict(set)
         self.per_principal: dict[object, int] = defaultdict(int)
         self.total = 0
-        self.listener: threading.Thread | None = None
-        self.listener_pid: int | None = None
+        self.listener = PerProcess(self._start_listener)
         self.stopping = threading.Event()
 
     # --- waiting --------------------------------------------------------------------
 
     def register(self, action_id, principal_key) -> threading.Event:
-        self._ensure_listener()
+        self.listener.get()
         event = threading.Event()
         with self.lock:
             if (
@@ -101,22 +101,15 @@ class Waiters:
 
     # --- listening ------------------------------------------------------------------
 
-    def _ensure_listener(self) -> None:
-        # gunicorn forks after import: a thread started in the parent does not exist in the
-        # child, so the check is per pid.
-        if self.listener is not None and self.listener_pid == os.getpid():
-            return
-        with self.lock:
-            if self.listener is not None and self.listener_pid == os.getpid():
-                return
-            ready = threading.Event()
-            self.listener = threading.Thread(
-                target=self._listen, args=(ready,), name="takeover-listen", daemon=True
-            )
-            self.listener_pid = os.getpid()
-            self.listener.start()
+    def _start_listener(self) -> threading.Thread:
+        ready = threading.Event()
+        listener = threading.Thread(
+            target=self._listen, args=(ready,), name="takeover-listen", daemon=True
+        )
+        listener.start()
         # Do not let the first waiter miss a settle that lands before LISTEN is in place.
         ready.wait(5)
+        return listener
 
     def _listen(self, ready: threading.Event) -> None:
         def connected() -> None:
@@ -135,9 +128,9 @@ class Waiters:
     def stop(self) -> None:
         """End the listener and close its connection (before a test database is dropped)."""
         self.stopping.set()
-        if self.listener is not None and self.listener_pid == os.getpid():
-            self.listener.join(5)
-        self.listener = None
+        if (listener := self.listener.made_here()) is not None:
+            listener.join(5)
+        self.listener.forget()
         self.stopping.clear()
 
 

@@ -82,12 +82,20 @@ RESEND_SETTLE = {**SETTLE, AttemptOutcome.NOT_SENT: (ActionState.UNKNOWN, {})}
 
 
 def settle(
-    action: Action, attempt: Attempt, result: CallResult, *, actor: Actor, table=SETTLE, wake=True
+    action: Action,
+    attempt: Attempt,
+    result: CallResult,
+    *,
+    actor: Actor,
+    table=SETTLE,
+    wake=True,
+    unflushed=False,
 ) -> str | None:
     """Close the attempt and settle the action together (the third and last write of a
     happy-path effect: propose, lease, settle). Returns the state it settled in (None: the
     sweeper had written the worker off). An action gone unknown wakes the workers for its
-    read, unless the caller reads it itself (`wake=False`)."""
+    read, unless the caller reads it itself (`wake=False`). `unflushed`: a read's settle,
+    committed without waiting for the WAL flush (`moves.action_settle_dispatch`)."""
     target, fields = table[result.outcome]
     why = (
         f"the tool answered HTTP {result.http_status}"
@@ -103,6 +111,7 @@ def settle(
         detail=result.detail,
         actor=actor,
         reason=why,
+        unflushed=unflushed,
         **fields,
     ):
         if target == ActionState.UNKNOWN and wake:
@@ -149,10 +158,15 @@ def lease_running_out(action: Action) -> bool:
 
 
 def dispatch_leased(
-    action: Action, attempt: Attempt, *, actor: Actor = DISPATCHER, wake: bool = True
+    action: Action,
+    attempt: Attempt,
+    *,
+    actor: Actor = DISPATCHER,
+    wake: bool = True,
+    unflushed: bool = False,
 ) -> str | None:
     """Call the tool for a leased action and settle it; at most once past the boundary.
-    Returns the state it settled in, if it did (`settle`)."""
+    Returns the state it settled in, if it did (`settle`; `unflushed` for a read only)."""
     leased_at = attempt.started_at
     with action_log_context(action, "takeover.dispatch"):
         not_sent = 0
@@ -176,7 +190,7 @@ def dispatch_leased(
             attempt = _retry_attempt(action, attempt.number + 1)
             if attempt is None:
                 return None
-        settled = settle(action, attempt, result, actor=actor, wake=wake)
+        settled = settle(action, attempt, result, actor=actor, wake=wake, unflushed=unflushed)
         metrics.record_dispatch(action.tool.name, (timezone.now() - leased_at).total_seconds())
         logger.info(
             "action %s (%s → %s): %s%s",

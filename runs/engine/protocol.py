@@ -17,9 +17,7 @@ removes it as a dot segment and reads another resource.
 """
 
 import json
-import os
 import time
-from dataclasses import dataclass, field
 
 import httpx
 from django.conf import settings
@@ -27,21 +25,12 @@ from takeover_client import signing
 
 from core import metrics
 from core.logs import traceparent
+from core.perprocess import PerProcess
 
 from ..models import Action
 from ..states import AttemptOutcome, Verdict
 from . import mcp
-
-
-@dataclass
-class CallResult:
-    outcome: str  # AttemptOutcome
-    http_status: int | None = None
-    detail: str = ""
-
-
-_http: httpx.Client | None = None
-_http_pid: int | None = None
+from .answers import CallResult, Lookup, Read, lookup_applied
 
 
 def _client() -> httpx.Client:
@@ -56,12 +45,12 @@ def _client() -> httpx.Client:
     return egress_client(limits=httpx.Limits(max_connections=None, max_keepalive_connections=0))
 
 
+# One client per process (building one costs 10-50 ms of CPU for its TLS context).
+_http = PerProcess(_client)
+
+
 def http_client() -> httpx.Client:
-    """One client per process (building one costs 10-50 ms of CPU for its TLS context)."""
-    global _http, _http_pid
-    if _http is None or _http_pid != os.getpid():
-        _http, _http_pid = _client(), os.getpid()
-    return _http
+    return _http.get()
 
 
 def tool_url(tool, *segments: str) -> httpx.URL:
@@ -108,7 +97,7 @@ def call_tool(action: Action) -> CallResult:
     }
     started = time.monotonic()
     if tool.kind == "mcp":  # an MCP server's tool: tools/call (runs/engine/mcp.py)
-        result = CallResult(**vars(mcp.call_tool(action)))
+        result = mcp.call_tool(action)
     else:
         result = _post_effect(action, body)
     metrics.record_tool_call(tool.name, result.outcome, time.monotonic() - started)
@@ -139,18 +128,10 @@ def _post_effect(action: Action, body: dict) -> CallResult:
     return CallResult(AttemptOutcome.UNKNOWN, status, snippet)
 
 
-@dataclass
-class Read:
-    verdict: str | None = None  # MISSING or READ_FAILED; None when state was read
-    state: dict = field(default_factory=dict)
-    version: int | None = None
-    detail: str = ""
-
-
 def read_authoritative(action: Action) -> Read:
     """GET the authoritative state: side-effect free, 3 attempts 200 ms apart."""
     if action.tool.kind == "mcp":  # the declared read tool (runs/engine/mcp.py)
-        return Read(**vars(mcp.read_authoritative(action)))
+        return mcp.read_authoritative(action)
     url = tool_url(action.tool, "state", action.target)
     detail = ""
     for attempt in range(settings.RECONCILE_READ_ATTEMPTS):
@@ -194,15 +175,6 @@ def judge(action: Action, read: Read) -> tuple[str, list[dict]]:
     return Verdict.MOVED_ON, []
 
 
-@dataclass
-class Lookup:
-    verdict: str  # LOOKUP_APPLIED, LOOKUP_NOT_FOUND or LOOKUP_FAILED
-    state: dict | None = None
-    version: int | None = None
-    http_status: int | None = None
-    detail: str = ""
-
-
 def lookup_effect(action: Action) -> Lookup:
     """Ask a `lookup: true` tool whether it applied this action's key:
     `GET {base_url}/effects/{key}` (the key one path segment). One request, side-effect
@@ -214,7 +186,7 @@ def lookup_effect(action: Action) -> Lookup:
     falls back to reading the state.
     """
     if action.tool.kind == "mcp":  # the declared lookup tool (runs/engine/mcp.py)
-        return Lookup(**vars(mcp.lookup_effect(action)))
+        return mcp.lookup_effect(action)
     key = action.idempotency_key
     try:
         response = send(action, "GET", tool_url(action.tool, "effects", key))
@@ -243,12 +215,6 @@ def lookup_effect(action: Action) -> Lookup:
             http_status=status,
             detail='lookup answered 200 without "applied": true: the tool could not tell',
         )
-    state, version = payload.get("state"), payload.get("version")
-    well_formed = isinstance(state, dict) and isinstance(version, int)
-    return Lookup(
-        Verdict.LOOKUP_APPLIED,
-        state=state if well_formed else None,
-        version=version if well_formed else None,
-        http_status=status,
-        detail=f"the tool reports it applied key {key}",
+    return lookup_applied(
+        payload, http_status=status, detail=f"the tool reports it applied key {key}"
     )

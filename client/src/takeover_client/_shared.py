@@ -164,7 +164,9 @@ class RunBase:
             raise ValueError("this run has no event_id: start it with start_run(event_id=...)")
         return idempotency_key(self.event_id, tool, target)
 
-    def _proposal(self, outcome: Any, tool, target, desired_state, key, **optional) -> dict:
+    def _proposal(
+        self, outcome: Any, tool, target, desired_state, key, expected_version, approval_id, reason
+    ) -> dict:
         """Count `outcome` as proposed (a call whose answer is lost still counts) and give
         `actions_propose`'s arguments; the caller forgets it if the proposal is refused."""
         arguments = {
@@ -172,8 +174,9 @@ class RunBase:
             "tool": tool,
             "target": target,
             "desired_state": desired_state,
-            "expected_version": optional.pop("expected_version"),
-            **{name: UNSET if value is None else value for name, value in optional.items()},
+            "expected_version": expected_version,
+            "approval_id": UNSET if approval_id is None else approval_id,
+            "reason": UNSET if reason is None else reason,
         }
         self._proposals.append(outcome)
         return arguments

@@ -91,14 +91,7 @@ class AsyncRun(_shared.RunBase):
     ) -> AsyncOutcome:
         outcome = AsyncOutcome(self.client, None, tool=tool)
         arguments = self._proposal(
-            outcome,
-            tool,
-            target,
-            desired_state,
-            key,
-            expected_version=expected_version,
-            approval_id=approval_id,
-            reason=reason,
+            outcome, tool, target, desired_state, key, expected_version, approval_id, reason
         )
         try:
             answer = await self.client.api.actions_propose(self.id, **arguments)

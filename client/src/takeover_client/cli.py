@@ -161,16 +161,16 @@ def _cell(value: Any, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def table(rows: list[dict], columns: list[tuple[str, str, int]]) -> None:
-    """columns: (heading, key, max width). Empty lists say so."""
+def table(rows: list[dict], columns: list[tuple]) -> None:
+    """columns: (key, max width) or (key, max width, heading); the heading is the key's
+    words when not given (`replay_of`: REPLAY OF). Empty lists say so."""
     if not rows:
         click.echo("(nothing)")
         return
-    cells = [[_cell(_get(r, key), width) for _, key, width in columns] for r in rows]
-    widths = [
-        max(len(heading), *(len(c[i]) for c in cells)) for i, (heading, _, _) in enumerate(columns)
-    ]
-    header = "  ".join(h.upper().ljust(w) for (h, _, _), w in zip(columns, widths, strict=True))
+    headings = [c[2] if len(c) > 2 else c[0].strip("_").replace("_", " ") for c in columns]
+    cells = [[_cell(_get(r, c[0]), c[1]) for c in columns] for r in rows]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headings)]
+    header = "  ".join(h.upper().ljust(w) for h, w in zip(headings, widths, strict=True))
     click.echo(header.rstrip())
     for row in cells:
         click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
@@ -233,12 +233,12 @@ def echo_action(a: dict) -> None:
 
 
 ACTION_COLUMNS = [
-    ("id", "id", 36),
-    ("state", "state", 17),
-    ("why", "_why", 22),
-    ("tool", "tool", 20),
-    ("target", "target", 30),
-    ("age", "_age", 5),
+    ("id", 36),
+    ("state", 17),
+    ("_why", 22),
+    ("tool", 20),
+    ("target", 30),
+    ("_age", 5),
 ]
 
 
@@ -328,13 +328,13 @@ def approvals(client: Takeover, state, limit):
 RENDERERS["approvals"] = lambda rows: table(
     _with_age(rows),
     [
-        ("id", "id", 36),
-        ("state", "state", 8),
-        ("principal", "principal", 16),
-        ("tool", "tool", 18),
-        ("target", "target", 24),
-        ("desired", "desired_state", 40),
-        ("age", "_age", 5),
+        ("id", 36),
+        ("state", 8),
+        ("principal", 16),
+        ("tool", 18),
+        ("target", 24),
+        ("desired_state", 40, "desired"),
+        ("_age", 5),
     ],
 )
 
@@ -384,13 +384,13 @@ def runs(client: Takeover, status, limit):
 RENDERERS["runs"] = lambda rows: table(
     _with_age(rows),
     [
-        ("id", "id", 36),
-        ("status", "status", 9),
-        ("trigger", "trigger", 8),
-        ("principal", "principal", 16),
-        ("tools executed", "tools_executed", 30),
-        ("replay of", "replay_of", 36),
-        ("age", "_age", 5),
+        ("id", 36),
+        ("status", 9),
+        ("trigger", 8),
+        ("principal", 16),
+        ("tools_executed", 30),
+        ("replay_of", 36),
+        ("_age", 5),
     ],
 )
 
@@ -425,13 +425,13 @@ def ledger(client: Takeover, key, tool, limit):
 RENDERERS["ledger"] = lambda rows: table(
     _with_age(rows),
     [
-        ("id", "id", 36),
-        ("key", "key", 48),
-        ("gen", "generation", 3),
-        ("tool", "tool", 18),
-        ("status", "status", 9),
-        ("revoked", "revoked", 7),
-        ("age", "_age", 5),
+        ("id", 36),
+        ("key", 48),
+        ("generation", 3, "gen"),
+        ("tool", 18),
+        ("status", 9),
+        ("revoked", 7),
+        ("_age", 5),
     ],
 )
 
@@ -477,12 +477,12 @@ def audit(client: Takeover, verb, actor, object_id, since, limit):
 RENDERERS["audit"] = lambda rows: table(
     [{**r, "_actor": f"{r['actor']['kind']}:{r['actor']['name']}"} for r in rows],
     [
-        ("at", "at", 25),
-        ("actor", "_actor", 28),
-        ("verb", "verb", 28),
-        ("object", "object_type", 14),
-        ("id", "object_id", 36),
-        ("reason", "reason", 40),
+        ("at", 25),
+        ("_actor", 28),
+        ("verb", 28),
+        ("object_type", 14, "object"),
+        ("object_id", 36, "id"),
+        ("reason", 40),
     ],
 )
 
@@ -526,14 +526,14 @@ def tokens_list(client: Takeover, state, limit):
 RENDERERS["tokens list"] = lambda rows: table(
     [{**r, "_owner": f"{r['owner']['kind']}:{r['owner']['name']}"} for r in _with_age(rows)],
     [
-        ("id", "id", 36),
-        ("label", "label", 10),
-        ("name", "name", 20),
-        ("owner", "_owner", 28),
-        ("state", "state", 8),
-        ("expires", "expires_at", 25),
-        ("last used", "last_used_at", 25),
-        ("age", "_age", 5),
+        ("id", 36),
+        ("label", 10),
+        ("name", 20),
+        ("_owner", 28),
+        ("state", 8),
+        ("expires_at", 25, "expires"),
+        ("last_used_at", 25, "last used"),
+        ("_age", 5),
     ],
 )
 

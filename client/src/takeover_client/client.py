@@ -148,14 +148,7 @@ class Run(_shared.RunBase):
         result. A 422 `IdempotencyConflict` means this key was used for another intent."""
         outcome = Outcome(self.client, None, tool=tool)
         arguments = self._proposal(
-            outcome,
-            tool,
-            target,
-            desired_state,
-            key,
-            expected_version=expected_version,
-            approval_id=approval_id,
-            reason=reason,
+            outcome, tool, target, desired_state, key, expected_version, approval_id, reason
         )
         try:
             answer = self.client.api.actions_propose(self.id, **arguments)
