@@ -113,12 +113,15 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "takeover.ops.OpsMiddleware",  # /healthz, /readyz, /metrics: before host checks
     "django.middleware.security.SecurityMiddleware",
-    "csp.middleware.CSPMiddleware",
+    "takeover.middleware.CSPMiddleware",  # django-csp's, its policy built once
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "core.middleware.RequestIdMiddleware",
     "runs.origin.OriginMiddleware",  # api, cli or mcp: where a proposal came from
     "core.middleware.ChunkedBodyMiddleware",
     "core.middleware.DatabaseUnavailableMiddleware",
+    # From here to ConsoleOnlyEnd: the console's; /mcp and the API with a bearer token skip
+    # them (takeover/middleware.py).
+    "takeover.middleware.ConsoleOnly",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -129,6 +132,7 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     # Last: it turns a lockout found during authentication into the lockout response.
     "axes.middleware.AxesMiddleware",
+    "takeover.middleware.ConsoleOnlyEnd",
 ]
 
 ROOT_URLCONF = "takeover.urls"

@@ -31,6 +31,7 @@ from .common import (
     valid,
 )
 from .endpoints import decision_endpoint, endpoint, page_endpoint, post_endpoint
+from .fast import fast
 
 # --- actions ---------------------------------------------------------------------------
 
@@ -46,6 +47,7 @@ def _names_read_only_tool(request, principal) -> bool:
     )
 
 
+@fast()
 @endpoint(
     "POST",
     "actions_propose",
@@ -155,6 +157,7 @@ def action_view_for(caller, pk):
     return view
 
 
+@fast("wait")
 @endpoint(
     "GET",
     "actions_retrieve",
