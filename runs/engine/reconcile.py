@@ -102,51 +102,27 @@ def _record_lookup(action: Action, found: Lookup, *, actor: Actor) -> Action:
     )
     applied = f"the tool reports it applied key {action.idempotency_key} "
     applied += "(lookup; declared lookup: true)"
+    read = {
+        "kind": ReadKind.LOOKUP,
+        "authoritative": None
+        if found.state is None
+        else {"state": found.state, "version": found.version},
+        "verdict": found.verdict,
+        "actual_version": found.version,
+        "detail": found.detail,
+        "declaration": declaration,
+    }
     if found.verdict == Verdict.LOOKUP_APPLIED and _settled_on_read(
-        action,
-        {
-            "kind": ReadKind.LOOKUP,
-            "authoritative": None
-            if found.state is None
-            else {"state": found.state, "version": found.version},
-            "verdict": found.verdict,
-            "actual_version": found.version,
-            "detail": found.detail,
-            "declaration": declaration,
-        },
-        actor=actor,
-        reason=applied,
+        action, read, actor=actor, reason=applied
     ):
         return action
     with transaction.atomic():
-        locked = Action.objects.select_for_update(no_key=True).get(pk=action.pk)
+        locked = _record_read(action.pk, read, actor=actor)
         locked.tool = action.tool
-        Reconciliation.objects.create(
-            action=locked,
-            at=timezone.now(),
-            kind=ReadKind.LOOKUP,
-            authoritative=None
-            if found.state is None
-            else {"state": found.state, "version": found.version},
-            verdict=found.verdict,
-            diff=[],
-            expected_version=locked.expected_version,
-            actual_version=found.version,
-            detail=found.detail,
-            actor=actor.as_dict(),
-            declaration=declaration,
-        )
         if found.verdict != Verdict.LOOKUP_APPLIED:
             return locked  # the state read (or a resend) comes next, and says the rest
         if locked.state == ActionState.UNKNOWN:
-            action_move(
-                locked,
-                ActionState.SUCCEEDED,
-                actor=actor,
-                reason=applied,
-                resolution=Resolution.RECONCILED,
-                next_reconcile_at=None,
-            )
+            _proven(locked, actor=actor, reason=applied)
         else:  # a person's re-check of needs_human (or a resend in flight): recorded only
             audit(
                 actor=actor,
@@ -276,33 +252,18 @@ def _reconcile(
     logger.info(
         "action %s (%s → %s) reconciled: %s", action_id, action.tool.name, action.target, verdict
     )
-    authoritative = None if read.verdict else {"state": read.state, "version": read.version}
-    if verdict == Verdict.MATCH and _settled_on_read(
-        action,
-        {
-            "kind": ReadKind.STATE,
-            "authoritative": authoritative,
-            "verdict": verdict,
-            "actual_version": read.version,
-            "detail": read.detail,
-        },
-        actor=actor,
-        reason=MATCHED,
-    ):
+    recorded = {
+        "kind": ReadKind.STATE,
+        "authoritative": None if read.verdict else {"state": read.state, "version": read.version},
+        "verdict": verdict,
+        "diff": diff,
+        "actual_version": read.version,
+        "detail": read.detail,
+    }
+    if verdict == Verdict.MATCH and _settled_on_read(action, recorded, actor=actor, reason=MATCHED):
         return action
     with transaction.atomic():
-        action = Action.objects.select_for_update(no_key=True).get(pk=action_id)
-        Reconciliation.objects.create(
-            action=action,
-            at=timezone.now(),
-            authoritative=authoritative,
-            verdict=verdict,
-            diff=diff,
-            expected_version=action.expected_version,
-            actual_version=read.version,
-            detail=read.detail,
-            actor=actor.as_dict(),
-        )
+        action = _record_read(action_id, recorded, actor=actor)
         if action.state != ActionState.UNKNOWN:
             audit(
                 actor=actor,
@@ -313,14 +274,7 @@ def _reconcile(
             )
             return action
         if verdict == Verdict.MATCH:
-            action_move(
-                action,
-                ActionState.SUCCEEDED,
-                actor=actor,
-                reason=MATCHED,
-                resolution=Resolution.RECONCILED,
-                next_reconcile_at=None,
-            )
+            _proven(action, actor=actor, reason=MATCHED)
         elif verdict == Verdict.READ_FAILED:
             failures = action.reconcile_failures + 1
             Action.objects.filter(pk=action.pk).update(
@@ -370,6 +324,32 @@ def _settled_on_read(action: Action, read: dict, *, actor: Actor, reason: str) -
         actor=actor,
         reason=reason,
         resolution=Resolution.RECONCILED,
+    )
+
+
+def _record_read(action_id, read: dict, *, actor: Actor) -> Action:
+    """The action, locked, with `read` (the Reconciliation's own fields, as for
+    `_settled_on_read`) recorded against it. Inside the caller's transaction."""
+    action = Action.objects.select_for_update(no_key=True).get(pk=action_id)
+    Reconciliation.objects.create(
+        action=action,
+        at=timezone.now(),
+        expected_version=action.expected_version,
+        actor=actor.as_dict(),
+        **read,
+    )
+    return action
+
+
+def _proven(action: Action, *, actor: Actor, reason: str) -> None:
+    """unknown → succeeded: a read proved the effect applied (the locked path)."""
+    action_move(
+        action,
+        ActionState.SUCCEEDED,
+        actor=actor,
+        reason=reason,
+        resolution=Resolution.RECONCILED,
+        next_reconcile_at=None,
     )
 
 
