@@ -124,13 +124,7 @@ def _record_lookup(action: Action, found: Lookup, *, actor: Actor) -> Action:
         if locked.state == ActionState.UNKNOWN:
             _proven(locked, actor=actor, reason=applied)
         else:  # a person's re-check of needs_human (or a resend in flight): recorded only
-            audit(
-                actor=actor,
-                verb=Verb.ACTION_RECHECK,
-                obj=locked,
-                before={"state": locked.state},
-                after={"state": locked.state, "verdict": found.verdict},
-            )
+            _rechecked(locked, found.verdict, actor=actor)
         locked.refresh_from_db()
     return locked
 
@@ -265,13 +259,7 @@ def _reconcile(
     with transaction.atomic():
         action = _record_read(action_id, recorded, actor=actor)
         if action.state != ActionState.UNKNOWN:
-            audit(
-                actor=actor,
-                verb=Verb.ACTION_RECHECK,
-                obj=action,
-                before={"state": action.state},
-                after={"state": action.state, "verdict": verdict},
-            )
+            _rechecked(action, verdict, actor=actor)
             return action
         if verdict == Verdict.MATCH:
             _proven(action, actor=actor, reason=MATCHED)
@@ -339,6 +327,18 @@ def _record_read(action_id, read: dict, *, actor: Actor) -> Action:
         **read,
     )
     return action
+
+
+def _rechecked(action: Action, verdict: str, *, actor: Actor) -> None:
+    """A read of an action that is no longer unknown: recorded, and audited as a re-check
+    of the state it is in (nothing moves)."""
+    audit(
+        actor=actor,
+        verb=Verb.ACTION_RECHECK,
+        obj=action,
+        before={"state": action.state},
+        after={"state": action.state, "verdict": verdict},
+    )
 
 
 def _proven(action: Action, *, actor: Actor, reason: str) -> None:
