@@ -474,8 +474,13 @@ def audit(client: Takeover, verb, actor, object_id, since, limit):
     return events
 
 
+def _who(party: dict) -> str:
+    """An actor or an owner as the API names it: `kind:name`."""
+    return f"{party['kind']}:{party['name']}"
+
+
 RENDERERS["audit"] = lambda rows: table(
-    [{**r, "_actor": f"{r['actor']['kind']}:{r['actor']['name']}"} for r in rows],
+    [{**r, "_actor": _who(r["actor"])} for r in rows],
     [
         ("at", 25),
         ("_actor", 28),
@@ -524,7 +529,7 @@ def tokens_list(client: Takeover, state, limit):
 
 
 RENDERERS["tokens list"] = lambda rows: table(
-    [{**r, "_owner": f"{r['owner']['kind']}:{r['owner']['name']}"} for r in _with_age(rows)],
+    [{**r, "_owner": _who(r["owner"])} for r in _with_age(rows)],
     [
         ("id", 36),
         ("label", 10),
