@@ -141,12 +141,15 @@ class QueuePage:
         return queue_rows.present(self.actions)
 
 
-def _open_actions(filters: QueueFilters, *, now=None):
+def _open_actions(filters: QueueFilters, *, now=None, states=None):
     """The queue's rows under the console's filters: the one open-queue query the API's
     `GET /queue` runs too (`runs.selectors.open_queue`)."""
+    if states is None:
+        on_call = filters.state != ActionState.AWAITING_APPROVAL
+        states = QUEUE_STATES if on_call else FILTER_STATES
     return open_queue(
         filters.tenant_ids,
-        states=FILTER_STATES if filters.state == ActionState.AWAITING_APPROVAL else QUEUE_STATES,
+        states=states,
         tool_ids=filters.tool_ids,
         older_than=AGES.get(filters.age),
         now=now,
@@ -166,7 +169,7 @@ def queue_page(filters: QueueFilters, cursor=None, *, size=PAGE_SIZE) -> QueuePa
     states = {*QUEUE_STATES, filters.state} if filters.state else set(QUEUE_STATES)
     counts = capped_counts({state: base.filter(state=state) for state in sorted(states)})
 
-    rows_qs = queue_rows_queryset(filters, base)
+    rows_qs = queue_rows_queryset(filters, base, now=now)
     rows, next_cursor = keyset(rows_qs, cursor, size=size)
     for action in rows:
         action.why = queue_reason(action)
@@ -186,11 +189,16 @@ def queue_page(filters: QueueFilters, cursor=None, *, size=PAGE_SIZE) -> QueuePa
     )
 
 
-def queue_rows_queryset(filters: QueueFilters, base=None):
-    """The queue's rows, unordered and unpaged (`keyset` orders them by (created_at, id))."""
-    qs = base if base is not None else _open_actions(filters)
+def queue_rows_queryset(filters: QueueFilters, base=None, *, now=None):
+    """The queue's rows, unordered and unpaged (`keyset` orders them by (created_at, id)).
+
+    Filtered on one state, that state is the statement's only state constant: with the open
+    states' IN beside it, PostgreSQL cannot tell the index on (tenant, state, tool,
+    created_at) yields the rows in order, and sorts every match (thousands) for a page."""
     if filters.state:
-        qs = qs.filter(state=filters.state)
+        qs = _open_actions(filters, now=now, states=[filters.state])
+    else:
+        qs = base if base is not None else _open_actions(filters, now=now)
     last_attempt = Attempt.objects.filter(action=OuterRef("pk")).order_by("-number")
     last_read = Reconciliation.objects.filter(action=OuterRef("pk")).order_by("-at", "-id")
     return (
