@@ -170,6 +170,11 @@ def event_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:12]}"
 
 
+def new_event(prefix: str, kind: str, **fields) -> dict:
+    """A trigger's event as its source sends it: a fresh id (`prefix_…`), a type, the rest."""
+    return {"id": event_id(prefix), "type": kind, **fields}
+
+
 # --- the agent ---------------------------------------------------------------------------
 
 

@@ -20,7 +20,7 @@ from takeover_client import (
     Unavailable,
 )
 
-from .plans import NOTES, OPENING, RULES, RunState, Script, Step, event_id, plan
+from .plans import NOTES, OPENING, RULES, RunState, Script, Step, new_event, plan
 from .world import (
     CUSTOMERS,
     DOMAINS,
@@ -107,28 +107,28 @@ class Agent:
         }
         scenario = scenario or random.choices(list(weights), list(weights.values()))[0]
         if scenario == "ticket_triage":
-            event = {
-                "id": event_id("evt"),
-                "type": "ticket.created",
-                "ticket": random.choice(TICKETS),
-                "customer": random.choice(CUSTOMERS),
-            }
+            event = new_event(
+                "evt",
+                "ticket.created",
+                ticket=random.choice(TICKETS),
+                customer=random.choice(CUSTOMERS),
+            )
             return "webhook", {"scenario": scenario, "event": event}
         if scenario == "escalation":
-            event = {
-                "id": event_id("evt"),
-                "type": "customer.escalated",
-                "customer": random.choice(CUSTOMERS),
-                "tickets": random.sample(TICKETS, random.randint(2, 4)),
-            }
+            event = new_event(
+                "evt",
+                "customer.escalated",
+                customer=random.choice(CUSTOMERS),
+                tickets=random.sample(TICKETS, random.randint(2, 4)),
+            )
             return "webhook", {"scenario": scenario, "event": event}
         if scenario == "resolve":
-            event = {
-                "id": event_id("msg"),
-                "type": "chat.message",
-                "ticket": random.choice(TICKETS),
-                "text": "The customer confirms the fix works. Please close the ticket.",
-            }
+            event = new_event(
+                "msg",
+                "chat.message",
+                ticket=random.choice(TICKETS),
+                text="The customer confirms the fix works. Please close the ticket.",
+            )
             if script.bogus_approval or (
                 script.faults is None and random.random() < 0.2 and self.may_block()
             ):
@@ -138,7 +138,7 @@ class Agent:
                 event["approval_id"] = reused or str(uuid.uuid4())
             return "chat", {"scenario": scenario, "event": event}
         if scenario == "guarded_update":
-            event = {"id": event_id("wf"), "type": "sla.breach", "ticket": random.choice(TICKETS)}
+            event = new_event("wf", "sla.breach", ticket=random.choice(TICKETS))
             return "workflow", {"scenario": scenario, "event": event}
         if scenario == "campaign":
             if self.last_campaign is not None and (
@@ -166,7 +166,7 @@ class Agent:
             }
             self.last_campaign = config
             return "schedule", config
-        event = {"id": event_id("req"), "type": "weekly.report", "ticket": random.choice(TICKETS)}
+        event = new_event("req", "weekly.report", ticket=random.choice(TICKETS))
         return "api", {"scenario": scenario, "event": event}
 
     # one run
