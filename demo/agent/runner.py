@@ -39,6 +39,19 @@ from .world import (
     short,
 )
 
+# The scenarios whose trigger is a plain webhook: the event each one's source sends.
+WEBHOOKS = {
+    "ticket_triage": lambda: new_event(
+        "evt", "ticket.created", ticket=random.choice(TICKETS), customer=random.choice(CUSTOMERS)
+    ),
+    "escalation": lambda: new_event(
+        "evt",
+        "customer.escalated",
+        customer=random.choice(CUSTOMERS),
+        tickets=random.sample(TICKETS, random.randint(2, 4)),
+    ),
+}
+
 
 class Agent:
     def __init__(self, client: Takeover, world: World, stop: threading.Event) -> None:
@@ -106,22 +119,8 @@ class Agent:
             "weekly_report": 5,
         }
         scenario = scenario or random.choices(list(weights), list(weights.values()))[0]
-        if scenario == "ticket_triage":
-            event = new_event(
-                "evt",
-                "ticket.created",
-                ticket=random.choice(TICKETS),
-                customer=random.choice(CUSTOMERS),
-            )
-            return "webhook", {"scenario": scenario, "event": event}
-        if scenario == "escalation":
-            event = new_event(
-                "evt",
-                "customer.escalated",
-                customer=random.choice(CUSTOMERS),
-                tickets=random.sample(TICKETS, random.randint(2, 4)),
-            )
-            return "webhook", {"scenario": scenario, "event": event}
+        if scenario in WEBHOOKS:
+            return "webhook", {"scenario": scenario, "event": WEBHOOKS[scenario]()}
         if scenario == "resolve":
             event = new_event(
                 "msg",
