@@ -114,7 +114,13 @@ _cut_this_request: contextvars.ContextVar[list | None] = contextvars.ContextVar(
 S = {"type": "string", "minLength": 1}
 
 
-def _tool(name, description, properties, required, *, closed=False, **hints) -> types.Tool:
+# The behaviour hints (MCP tool annotations) of this server's three kinds of tool.
+READS = {"read_only_hint": True}
+OVERWRITES = {"read_only_hint": False, "destructive_hint": True, "idempotent_hint": False}
+ONCE_PER_KEY = {"read_only_hint": False, "destructive_hint": False, "idempotent_hint": True}
+
+
+def _tool(name, description, properties, required, hints, *, closed=False) -> types.Tool:
     """A tool of this server: its arguments (`closed`: no others) and its behaviour hints."""
     schema = {"type": "object", "properties": properties, "required": required}
     if closed:
@@ -133,41 +139,37 @@ TOOLS = [
         "Set a ticket's status (and a note).",
         {"ticket_id": S, "status": S, "note": {"type": "string"}},
         ["ticket_id", "status"],
+        OVERWRITES,
         closed=True,
-        read_only_hint=False,
-        destructive_hint=True,
-        idempotent_hint=False,
     ),
     _tool(
         "get_ticket",
         "Read a ticket: its state and version.",
         {"ticket_id": S},
         ["ticket_id"],
-        read_only_hint=True,
+        READS,
     ),
     _tool(
         "send_email",
         "Send an e-mail (at most once per idempotency key).",
         {"to": S, "subject": S, "body": {"type": "string"}},
         ["to", "subject"],
+        ONCE_PER_KEY,
         closed=True,
-        read_only_hint=False,
-        destructive_hint=False,
-        idempotent_hint=True,
     ),
     _tool(
         "find_effect",
         "Whether an idempotency key was applied, and with what result.",
         {"key": S},
         ["key"],
-        read_only_hint=True,
+        READS,
     ),
     _tool(
         "search_tickets",
         "The ids of the tickets with a status.",
         {"status": S},
         ["status"],
-        read_only_hint=True,
+        READS,
     ),
 ]
 
