@@ -5,9 +5,18 @@ from django.core import exceptions as django_exceptions
 
 
 class DomainError(Exception):
+    """An error a service raises on purpose: its problem type (`slug`), HTTP status and title
+    are given where the class is declared, `class X(DomainError, slug=…, status=…, title=…)`."""
+
     slug = "state-conflict"
     status = 409
     title = "Conflict"
+
+    def __init_subclass__(cls, *, slug=None, status=None, title=None, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for name, value in (("slug", slug), ("status", status), ("title", title)):
+            if value is not None:
+                setattr(cls, name, value)
 
     def __init__(self, detail: str, **extra):
         super().__init__(detail)
@@ -28,46 +37,41 @@ class StaleRead(StateConflict):
     latest one. Answered like any state conflict (409 `state-conflict`)."""
 
 
-class IdempotencyConflict(DomainError):
-    slug = "idempotency-conflict"
-    status = 422
-    title = "Idempotency key reused for a different intent"
+class IdempotencyConflict(
+    DomainError,
+    slug="idempotency-conflict",
+    status=422,
+    title="Idempotency key reused for a different intent",
+):
+    pass
 
 
-class RunNotRunning(DomainError):
-    slug = "run-not-running"
-    status = 409
-    title = "Run is not running"
+class RunNotRunning(DomainError, slug="run-not-running", status=409, title="Run is not running"):
+    pass
 
 
-class ReplayRefused(DomainError):
-    slug = "replay-refused"
-    status = 409
-    title = "Replay refused"
+class ReplayRefused(DomainError, slug="replay-refused", status=409, title="Replay refused"):
+    pass
 
 
-class InputGone(DomainError):
-    slug = "input-gone"
-    status = 410
-    title = "Input file no longer stored"
+class InputGone(DomainError, slug="input-gone", status=410, title="Input file no longer stored"):
+    pass
 
 
-class ValidationFailed(DomainError):
-    slug = "validation-error"
-    status = 400
-    title = "Invalid request"
-
+class ValidationFailed(DomainError, slug="validation-error", status=400, title="Invalid request"):
     def __init__(self, detail: str, errors: dict | None = None):
         super().__init__(detail, errors=errors or {})
 
 
-class PermissionDenied(DomainError, django_exceptions.PermissionDenied):
+class PermissionDenied(
+    DomainError,
+    django_exceptions.PermissionDenied,
+    slug="permission-denied",
+    status=403,
+    title="Permission denied",
+):
     """A role the actor lacks: a 403 `permission-denied` on the API, the 403 page in the
     console (it is also Django's PermissionDenied)."""
-
-    slug = "permission-denied"
-    status = 403
-    title = "Permission denied"
 
 
 def reason_required(reason: str, field: str = "reason") -> str:
