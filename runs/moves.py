@@ -392,9 +392,9 @@ def action_settle_reconciled(
     read: dict,
     actor: Actor,
     reason: str,
-    **fields,
+    resolution: str,
 ) -> bool:
-    """unknown → `to` (succeeded: `resolution` in `fields`) with the read that proved it
+    """unknown → `to` (succeeded, with its `resolution`) with the read that proved it
     recorded, in one statement. `read`: the Reconciliation's own fields (`authoritative`,
     `verdict`, `diff`, `actual_version`, `detail`, `kind`, `declaration`). False when the
     action is no longer unknown: nothing was written."""
@@ -412,7 +412,7 @@ def action_settle_reconciled(
                 "to": to,
                 "source": source,
                 "action": action.pk,
-                "resolution": fields.get("resolution", ""),
+                "resolution": resolution,
                 "authoritative": _jsonb(read.get("authoritative")),
                 "verdict": read["verdict"],
                 "diff": Jsonb(read.get("diff", [])),
@@ -428,7 +428,7 @@ def action_settle_reconciled(
                 "actor_name": actor.name,
                 "verb": verb_for_state("action", to),
                 "before": Jsonb({"state": source}),
-                "after": Jsonb(_after(to, fields)),
+                "after": Jsonb(_after(to, {"resolution": resolution})),
                 "reason": reason,
                 "request_id": request_id_var.get(),
                 "client_request_id": client_request_id_var.get(),
@@ -439,8 +439,7 @@ def action_settle_reconciled(
     if row is None:
         return False
     action.state, action.updated_at, action.next_reconcile_at = to, row[0], None
-    for name, value in fields.items():
-        setattr(action, name, value)
+    action.resolution = resolution
     return True
 
 

@@ -36,17 +36,24 @@ def lease_for(tool) -> timedelta:
     return timedelta(seconds=seconds)
 
 
+def _read_lease_terms() -> dict:
+    """A read lease lasts `extra` seconds plus the tool's timeout times `reads` (plus one
+    for a lookup tool): the worst case for one unknown's reads, where every state read
+    times out, with the pauses between them and grace; a lookup tool is also asked once for
+    its own record of the key."""
+    return {
+        "extra": settings.RECONCILE_LEASE_GRACE_SECONDS
+        + settings.RECONCILE_READ_INTERVAL_SECONDS * settings.RECONCILE_READ_ATTEMPTS,
+        "reads": settings.RECONCILE_READ_ATTEMPTS,
+    }
+
+
 def read_lease_for(tool) -> timedelta:
-    """Worst case for one unknown's reads: every state read times out, with the pauses
-    between them, and a lookup tool is also asked once for its own record of the key, plus
-    grace. (`lease_unknown` computes the same in SQL for the rows it leases.)"""
-    reads = settings.RECONCILE_READ_ATTEMPTS + int(tool.lookup)
-    seconds = (
-        settings.RECONCILE_LEASE_GRACE_SECONDS
-        + settings.RECONCILE_READ_INTERVAL_SECONDS * settings.RECONCILE_READ_ATTEMPTS
-        + tool.timeout_seconds * reads
-    )
-    return timedelta(seconds=seconds)
+    """How long one unknown's reads are leased (`_read_lease_terms`; `lease_unknown` applies
+    the same terms in SQL to each row it leases)."""
+    terms = _read_lease_terms()
+    reads = terms["reads"] + int(tool.lookup)
+    return timedelta(seconds=terms["extra"] + tool.timeout_seconds * reads)
 
 
 def resend_lease_for(tool) -> timedelta:
@@ -222,11 +229,7 @@ def lease_unknown(limit: int, *, only=None) -> list[Action]:
     sql = LEASE_UNKNOWN.format(
         pick=pick, action=action, tool=tool, principal=principal, tenant=tenant
     )
-    params |= {
-        "extra": settings.RECONCILE_LEASE_GRACE_SECONDS
-        + settings.RECONCILE_READ_INTERVAL_SECONDS * settings.RECONCILE_READ_ATTEMPTS,
-        "reads": settings.RECONCILE_READ_ATTEMPTS,
-    }
+    params |= _read_lease_terms()
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return [_loaded(row) for row in cursor.fetchall()]
