@@ -1,30 +1,38 @@
-"""Serving the MCP SDK's ASGI app from Django's sync request threads, cheaply.
+"""Serving the MCP SDK's ASGI app from Django's sync request threads, with no thread hop.
 
 gunicorn's gthread workers (and `make run`) serve Takeover over WSGI; the official MCP SDK
-is an ASGI app. Rather than a second server, each web process keeps ONE event loop in a
-daemon thread, with the SDK's session manager entered once (its task group and lifespan
-live as long as the process). A request to `/mcp`:
+is an ASGI app. Rather than a second server, or a loop in a thread of its own that every
+call would hop onto and back from, the request's own thread drives an event loop.
+
+An *engine* is one event loop with the SDK's app built for it and its session manager
+entered on it (its lifespan and task group held open by a task of that loop for the life of
+the process). An engine serves one request at a time, in whichever thread takes it: each
+web process keeps the idle ones and makes another only when all are busy, so it makes as
+many as it serves requests at once (gunicorn's `--threads`), whether its server keeps its
+threads (gthread) or starts one per request (the test server). A request to `/mcp`:
 
 1. is authenticated by the Django view, in its own thread (401 before any MCP message);
-2. hands the ASGI app the scope and the body it already read, on the process's loop;
-3. blocks its own thread on a queue, and **runs whatever Django work the SDK's handlers
-   ask for in that very thread** (`in_request_thread`): the request's own database
-   connection, its transaction rules and its cleanup, no thread pool, no sync_to_async
-   hop, no new connection per call. The handlers are thin coroutines that await that
-   work; the loop only parses, validates and frames JSON-RPC.
-4. returns the response the ASGI app sent (JSON mode: one body).
+2. takes an idle engine and runs the ASGI app on it, in this thread, with the scope and the
+   body the view already read;
+3. when an SDK handler asks for Django work (`in_request_thread`), the handler's coroutine
+   waits on a future and stops the loop; the thread, with no loop running in it any more,
+   runs the work itself — the request's own database connection, its transaction rules and
+   its cleanup, no thread pool, no sync_to_async hop — then settles the future and runs the
+   loop again. The handlers are thin coroutines; the loop only parses, validates and frames
+   JSON-RPC, between two pieces of Django work, in the same thread;
+4. returns the response the ASGI app sent (JSON mode: one body), and the engine to the idle.
 
-So a call costs one hop onto the loop and one back, whatever it does in the database,
-and a bounded wait for an action's outcome sleeps in the request's thread as
-`GET /actions/{id}?wait=` does (runs/waits.py), not on the loop.
+So a call crosses no thread, whatever it does in the database, and a bounded wait for an
+action's outcome sleeps in the request's thread as `GET /actions/{id}?wait=` does
+(runs/waits.py). The app is the SDK's own (`StreamableHTTPSessionManager`), unmodified: one
+instance per engine, since a session manager runs on the one loop it was entered on.
 """
 
 import asyncio
 import contextvars
-import queue
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from core.perprocess import PerProcess
@@ -37,10 +45,12 @@ _request: contextvars.ContextVar["BridgedRequest | None"] = contextvars.ContextV
 @dataclass
 class BridgedRequest:
     """One HTTP request in flight through the bridge: what the handlers may read about it
-    (`info`: the principal and the rest, set by the view), and the queue its thread serves."""
+    (`info`: the principal and the rest, set by the view), the loop serving it, and the
+    Django work a handler waits for (`work`: the function, its arguments, the future)."""
 
     info: Any
-    work: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
+    loop: asyncio.AbstractEventLoop
+    work: tuple | None = None
 
 
 def current() -> "BridgedRequest":
@@ -51,61 +61,41 @@ def current() -> "BridgedRequest":
 
 
 async def in_request_thread(fn: Callable, *args, **kwargs):
-    """Run `fn` in the Django thread that serves the current request, and await its result."""
+    """Run `fn` in the Django thread that serves the current request (the one driving this
+    loop, once the loop has stopped), and await its result."""
     request = current()
-    loop = asyncio.get_running_loop()
-    future = loop.create_future()
-    request.work.put((fn, args, kwargs, future))
+    future = request.loop.create_future()
+    request.work = (fn, args, kwargs, future)
+    request.loop.stop()
     return await future
 
 
-def _settle(future: asyncio.Future, value, error: BaseException | None) -> None:
-    if future.cancelled():
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(value)
-
-
-class Bridge:
-    """The process's loop thread and the ASGI app it serves (built by `make_app()`, which
-    returns `(asgi_app, lifespan)`: the app, and an async context manager to hold open)."""
+class Engine:
+    """One event loop and the ASGI app entered on it (`make_app()` returns `(asgi_app,
+    lifespan)`: the app, and an async context manager held open for the engine's life)."""
 
     def __init__(self, make_app: Callable[[], tuple[Callable, Any]]) -> None:
-        self.make_app = make_app
-        self.running = PerProcess(self._start)
-
-    def _start(self) -> tuple[asyncio.AbstractEventLoop, Callable]:
-        ready = threading.Event()
-        failure: list[BaseException] = []
-        loop = asyncio.new_event_loop()
-        app, lifespan = self.make_app()
+        self.loop = asyncio.new_event_loop()
+        self.app, lifespan = make_app()
+        entered = self.loop.create_future()
 
         async def hold() -> None:
-            try:
-                async with lifespan:
-                    ready.set()
-                    await asyncio.Event().wait()  # for the life of the process
-            except BaseException as exc:  # pragma: no cover - reported below
-                failure.append(exc)
-                ready.set()
-                raise
+            async with lifespan:
+                entered.set_result(None)
+                await asyncio.Event().wait()  # for the life of the process
 
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            loop.run_until_complete(hold())
+        self.broken = False
+        self.held = self.loop.create_task(hold())
+        self.loop.run_until_complete(
+            asyncio.wait([self.held, entered], return_when=asyncio.FIRST_COMPLETED)
+        )
+        if self.held.done():
+            raise RuntimeError("the MCP server did not start") from self.held.exception()
 
-        threading.Thread(target=run, name="takeover-mcp-loop", daemon=True).start()
-        ready.wait(10)
-        if failure:
-            raise RuntimeError("the MCP server did not start") from failure[0]
-        return loop, app
-
-    def handle(self, scope: dict, body: bytes, info: Any) -> tuple[int, list, bytes]:
+    def serve(self, scope: dict, body: bytes, info: Any) -> tuple[int, list, bytes]:
         """Serve one request through the ASGI app; Django work runs in this thread."""
-        loop, app = self.running.get()
-        request = BridgedRequest(info)
+        loop = self.loop
+        request = BridgedRequest(info, loop)
         status = [500]
         headers: list = []
         chunks: list[bytes] = []
@@ -132,18 +122,67 @@ class Bridge:
                         done.set()
 
             try:
-                await app(scope, receive, send)
+                await self.app(scope, receive, send)
             finally:
                 done.set()
 
-        concurrent = asyncio.run_coroutine_threadsafe(serve(), loop)
-        concurrent.add_done_callback(lambda _: request.work.put(None))
-        while (item := request.work.get()) is not None:
-            fn, args, kwargs, future = item
-            try:
-                value, error = fn(*args, **kwargs), None
-            except BaseException as exc:  # handed to the awaiting coroutine
-                value, error = None, exc
-            loop.call_soon_threadsafe(_settle, future, value, error)
-        concurrent.result()
+        task = loop.create_task(serve())
+        task.add_done_callback(lambda _: loop.stop())
+        try:
+            while not task.done():
+                loop.run_forever()  # until a handler asks for Django work, or the app is done
+                if request.work is not None:
+                    fn, args, kwargs, future = request.work
+                    request.work = None
+                    _settle(future, fn, args, kwargs)
+        finally:
+            self.broken = not task.done()  # left mid-request: never served again
+        task.result()
         return status[0], headers, b"".join(chunks)
+
+
+def _settle(future: asyncio.Future, fn: Callable, args: tuple, kwargs: dict) -> None:
+    try:
+        value = fn(*args, **kwargs)
+    except BaseException as exc:  # handed to the awaiting coroutine
+        if not future.cancelled():
+            future.set_exception(exc)
+        return
+    if not future.cancelled():
+        future.set_result(value)
+
+
+class Engines:
+    """A process's idle engines: taken by a request, given back when it is served."""
+
+    def __init__(self, make_app: Callable[[], tuple[Callable, Any]]) -> None:
+        self.make_app = make_app
+        self.lock = threading.Lock()
+        self.idle: list[Engine] = []
+
+    def take(self) -> Engine:
+        with self.lock:
+            if self.idle:
+                return self.idle.pop()
+        return Engine(self.make_app)
+
+    def give(self, engine: Engine) -> None:
+        with self.lock:
+            self.idle.append(engine)
+
+
+class Bridge:
+    """The ASGI app built by `make_app()`, served from the request's own thread."""
+
+    def __init__(self, make_app: Callable[[], tuple[Callable, Any]]) -> None:
+        self.engines = PerProcess(lambda: Engines(make_app))
+
+    def handle(self, scope: dict, body: bytes, info: Any) -> tuple[int, list, bytes]:
+        """Serve one request through the ASGI app; Django work runs in this thread."""
+        engines = self.engines.get()
+        engine = engines.take()
+        try:
+            return engine.serve(scope, body, info)
+        finally:
+            if not engine.broken:
+                engines.give(engine)
