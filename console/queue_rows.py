@@ -21,8 +21,9 @@ from runs.states import ActionState
 
 from .templatetags.console_format import age_label
 
-# The columns the page reads, with the joined rows' names: the other columns (the intent's
-# JSON among them) are neither fetched nor decoded.
+# The columns the page reads: the other columns (the intent's JSON among them) are neither
+# fetched nor decoded. The joined rows' names come as plain values (NAMES), not as the
+# tool, tenant, principal and claim holder built as model instances, three per row.
 FIELDS = (
     "state",
     "created_at",
@@ -30,11 +31,15 @@ FIELDS = (
     "target",
     "block_reason",
     "reconcile_failures",
-    "tool__name",
-    "tenant__slug",
-    "principal__name",
-    "claimed_by__username",
+    "claimed_by",
 )
+NAMES = {
+    "tool_name": "tool__name",
+    "tenant_slug": "tenant__slug",
+    "principal_name": "principal__name",
+    "claimed_by_name": "claimed_by__username",
+}
+
 
 LABELS = {state: ActionState(state).label.lower() for state in ActionState.values}
 
@@ -57,12 +62,12 @@ def present(actions) -> list[dict]:
                 "pk": pk,
                 "state": a.state,
                 "state_label": LABELS.get(a.state, a.state),
-                "tool": a.tool.name,
+                "tool": a.tool_name,
                 "target": a.target,
                 "why": a.why,
-                "principal": a.principal.name,
-                "tenant": a.tenant.slug,
-                "claimed_by": a.claimed_by.get_username() if a.claimed_by_id else "",
+                "principal": a.principal_name,
+                "tenant": a.tenant_slug,
+                "claimed_by": a.claimed_by_name or "",
                 "at": at.isoformat(),
                 "at_title": at.strftime("%Y-%m-%d %H:%M:%S"),
                 "age": age_label(a.created_at, now),
