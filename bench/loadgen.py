@@ -425,10 +425,10 @@ class Agent:
             f"/runs/{run_id}/finish", json={"status": "success", "tools_called": None}
         ).raise_for_status()
 
-    def propose(self, run_id: str, key: str, **body) -> Answer:
-        return self.lean.post(
-            f"/runs/{run_id}/actions", json=body, headers={"Idempotency-Key": key}
-        )
+    def propose(self, run_id: str, key: str, wait: float = 0, **body) -> Answer:
+        """`wait`: the server holds the answer up to that many seconds for the outcome."""
+        path = f"/runs/{run_id}/actions" + (f"?wait={wait:g}" if wait else "")
+        return self.lean.post(path, json=body, headers={"Idempotency-Key": key})
 
     def wait(self, action_id: str, until=None, timeout: float = 120) -> dict:
         """Long-poll until the action leaves the in-progress states (or is in `until`)."""

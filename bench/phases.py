@@ -46,16 +46,18 @@ def agents_for(stack, tenant, token, clients: int) -> list:
     return agents
 
 
-def _propose(agent, run_id, key, target):
+def _propose(agent, run_id, key, target, wait=0):
     return agent.propose(
-        run_id, key, tool="update_ticket", target=target, desired_state={"status": "done"}
+        run_id, key, wait, tool="update_ticket", target=target, desired_state={"status": "done"}
     )
 
 
-def effects(agents, count: int, clients: int):
+def effects(agents, count: int, clients: int, one_request: bool = True):
     """`count` new effects from `clients` synchronous clients (propose, await, next), client
-    t as `agents[t]`. Returns ([(key, target, action_id, seen at, client)], propose
-    latencies, effect latencies)."""
+    t as `agents[t]`: in one request each (`POST ...?wait=30`, the proposal's answer held
+    for its outcome), or, with `one_request=False`, a proposal answered at once and then
+    `GET /actions/{id}?wait=`. Returns ([(key, target, action_id, seen at, client)],
+    latencies of the proposal's answer, effect latencies)."""
     prefix = uuid.uuid4().hex[:8]
 
     def share(t):
@@ -65,7 +67,7 @@ def effects(agents, count: int, clients: int):
         for i in range(t, count, clients):
             key, target = f"bench-{prefix}-{i}", f"ticket:{prefix}-{i}"
             started = time.monotonic()
-            response = _propose(agent, run_id, key, target)
+            response = _propose(agent, run_id, key, target, 30 if one_request else 0)
             proposed = time.monotonic()
             if response.status_code != 201:
                 raise BenchError(f"propose: {response.status_code} {response.text}")

@@ -380,11 +380,14 @@ class Operation:
         """`@operation(...)`: the answers' models, and the arguments that do not go where
         the method sends them by default (a GET's query, any other's body)."""
         default = "query" if self.method == "GET" else "body"
-        astray = [wire for _, _, _, w, wire in self.keywords if w in {"query", "body"} - {default}]
+        astray = [wire for _, _, _, w, wire in self.keywords if w == "body" != default]
         if astray:
             sys.exit(f"{self.name}: `operation` cannot send {astray} there; teach it")
         args = [repr(self.method), repr(self.path)]
-        for where, argument in (("header", "headers"), ("file", "files")):
+        places = [("header", "headers"), ("file", "files")]
+        if default != "query":
+            places.append(("query", "query"))
+        for where, argument in places:
             listed = tuple(py for py, _, _, w, _ in self.keywords if w == where)
             if listed:
                 args.append(f"{argument}={listed!r}")

@@ -35,6 +35,14 @@ from .fast import fast
 
 # --- actions ---------------------------------------------------------------------------
 
+WAIT_PARAMETER = schema.query(
+    "wait",
+    "Hold the request up to this many seconds (0–30) while the action is queued, "
+    "dispatching or unknown. Over the server's cap of concurrent waits it answers "
+    "at once with the current state and `Retry-After` (seconds before asking again).",
+    {"type": "number", "minimum": 0, "maximum": 30},
+)
+
 
 def _names_read_only_tool(request, principal) -> bool:
     """Whether the body names a tool of this tenant declared read_only. Asked only when the
@@ -47,7 +55,7 @@ def _names_read_only_tool(request, principal) -> bool:
     )
 
 
-@fast()
+@fast("wait")
 @endpoint(
     "POST",
     "actions_propose",
@@ -63,10 +71,11 @@ def _names_read_only_tool(request, principal) -> bool:
         slugs={400: ["validation-error", "idempotency-key-missing"], 409: ["run-not-running"]},
     ),
     request=serializers.ActionProposeIn,
-    parameters=[schema.IDEMPOTENCY_KEY],
+    parameters=[schema.IDEMPOTENCY_KEY, WAIT_PARAMETER],
 )
 def propose(request, pk):
     principal = require_principal(request)
+    seconds = wait_seconds(request)  # before anything is written
     # A side-effecting proposal must carry a key (README, "Idempotency keys"). A read_only
     # tool's may omit it: a read takes no ledger key space (runs.propose._read_action_create).
     key = idempotency_key(
@@ -114,8 +123,32 @@ def propose(request, pk):
         resource = found.resource
     else:  # lost a race for a new key: the winner's action, read now
         resource = selectors.action_view(action.pk)[1]
+    if seconds and resource["state"] in IN_PROGRESS:
+        # Propose and await the outcome in one request: the same wait as GET ?wait=.
+        resource = dict(wait_for_settle(request, action.pk, seconds)[1])
     resource["replayed"], resource["content_changed"] = not created, changed
-    return Response(resource, status=201 if created else 200)
+    return waited(request, Response(resource, status=201 if created else 200))
+
+
+def wait_seconds(request) -> float:
+    """`?wait=N`: a JSON number of seconds from 0 to ACTION_WAIT_MAX_SECONDS (0 when absent)."""
+    wait = request.query_params.get("wait")
+    if wait is None:
+        return 0.0
+    # A JSON number (what the schema's `number` means); float() alone would also take
+    # "1_0", "nan", " 5".
+    if len(wait) <= 32 and JSON_NUMBER.fullmatch(wait):
+        seconds = float(wait)
+        if 0 <= seconds <= settings.ACTION_WAIT_MAX_SECONDS:
+            return seconds
+    raise ValidationFailed("Bad wait.", {"wait": ["A number of seconds from 0 to 30."]})
+
+
+def waited(request, response):
+    if getattr(request, "wait_refused", False):
+        # Over the cap of concurrent waits: answered at once; ask again in a second.
+        response["Retry-After"] = "1"
+    return response
 
 
 def wait_for_settle(request, pk, seconds: float):
@@ -163,42 +196,19 @@ def action_view_for(caller, pk):
     "actions_retrieve",
     ok(200, resources.ActionOut, "The action; with `Retry-After` when a wait was refused."),
     errors_for(404),
-    parameters=[
-        schema.query(
-            "wait",
-            "Hold the request up to this many seconds (0–30) while the action is queued, "
-            "dispatching or unknown. Over the server's cap of concurrent waits it answers "
-            "at once with the current state and `Retry-After` (seconds before asking again).",
-            {"type": "number", "minimum": 0, "maximum": 30},
-        )
-    ],
+    parameters=[WAIT_PARAMETER],
 )
 def action_detail(request, pk):
-    wait = request.query_params.get("wait")
-    seconds = 0.0
-    if wait is not None:
-        try:
-            # A JSON number (what the schema's `number` means); float() alone would also
-            # take "1_0", "nan", " 5".
-            if len(wait) > 32 or not JSON_NUMBER.fullmatch(wait):
-                raise ValueError
-            seconds = float(wait)
-            if not 0 <= seconds <= settings.ACTION_WAIT_MAX_SECONDS:
-                raise ValueError
-        except ValueError as exc:
-            action_view_for(request.user, pk)  # an action it cannot see is a 404 first
-            raise ValidationFailed(
-                "Bad wait.", {"wait": ["A number of seconds from 0 to 30."]}
-            ) from exc
+    try:
+        seconds = wait_seconds(request)
+    except ValidationFailed:
+        action_view_for(request.user, pk)  # an action it cannot see is a 404 first
+        raise
     if seconds:
         view = wait_for_settle(request, pk, seconds)
     else:
         view = action_view_for(request.user, pk)
-    response = Response(view[1])
-    if getattr(request, "wait_refused", False):
-        # Over the cap of concurrent waits: answered at once; ask again in a second.
-        response["Retry-After"] = "1"
-    return response
+    return waited(request, Response(view[1]))
 
 
 @decision_endpoint("actions_reconcile", resources.ActionOut, None)

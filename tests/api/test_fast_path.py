@@ -37,6 +37,12 @@ def test_the_fast_answers_are_the_drf_views_answers(world):
     slow = client.post(path, body, format="json", HTTP_IDEMPOTENCY_KEY="k-fast", **DRF)
     assert fast.status_code == slow.status_code == 200
     assert fast.content == slow.content and fast.json()["replayed"]
+    fast = client.post(f"{path}?wait=0.1", body, format="json", HTTP_IDEMPOTENCY_KEY="k-fast")
+    slow = client.post(
+        f"{path}?wait=0.1", body, format="json", HTTP_IDEMPOTENCY_KEY="k-fast", **DRF
+    )
+    assert fast.status_code == slow.status_code == 200
+    assert fast.content == slow.content and fast.json()["state"] == "queued"
     bad = {"tool": 5}
     fast = client.post(path, bad, format="json", HTTP_IDEMPOTENCY_KEY="k-bad")
     slow = client.post(path, bad, format="json", HTTP_IDEMPOTENCY_KEY="k-bad", **DRF)

@@ -9,10 +9,12 @@ What it prints (bench/phases.py has the phases):
 - **pgbench TPC-B** on the same server (the wheel ships ``pgbench``), measured first, alone:
   the yardstick every other figure is divided by.
 - **effects/s**: ``--effects`` proposals with distinct keys from ``--clients`` SYNCHRONOUS
-  clients over real HTTP: each proposes, awaits the outcome (``?wait=``), then proposes the
+  clients over real HTTP: each proposes and awaits the outcome in one request
+  (``POST .../actions?wait=30``, as the SDK's ``propose(..., wait=)``), then proposes the
   next. The figure is the latency of an effect, as a runtime that needs the outcome sees it.
-- **propose latency** p50/p99 during that phase, while the workers run, and the whole
-  effect's (propose to awaited success).
+- the same again the older way, two requests per effect (the proposal answered at once,
+  then ``GET /actions/{id}?wait=``), for the **propose latency** p50/p99 while the workers
+  run, and that way's effects/s.
 - **write transactions and WAL bytes per effect**, from ``pg_current_snapshot()`` (xids
   assigned) and ``pg_current_wal_lsn()`` around that phase (server-wide: run it on a quiet
   server; the embedded one is yours alone).
@@ -96,14 +98,18 @@ class Command(InOwnDatabase):
             agent = phases.agents_for(stack, tenant, token, clients)
             out("-- warm-up: 200 effects")
             phases.effects(agent, 200, clients)
-            out(f"-- {n} effects from {clients} synchronous clients")
+            out(f"-- {n} effects from {clients} synchronous clients, one request each")
             meter = phases.Meter(stack, postmaster)
             with loadgen.DepthWatch(stack) as depth:
                 t0 = time.monotonic()
-                keys, latencies, whole = phases.effects(agent, n, clients)
+                keys, _, whole = phases.effects(agent, n, clients)
                 elapsed = time.monotonic() - t0
             costs = meter.read()
             hand = phases.handoffs(keys)
+            out(f"-- {n} effects, propose then wait: two requests each")
+            t0 = time.monotonic()
+            _, latencies, whole_two = phases.effects(agent, n, clients, one_request=False)
+            eps_two = n / (time.monotonic() - t0)
             out("-- ledger hits")
             t0 = time.monotonic()
             hit_latencies = phases.hits(agent, keys[: opts["hits"]], clients)
@@ -129,8 +135,10 @@ class Command(InOwnDatabase):
             rows += [
                 ("effects/s end to end", f"{eps:,.1f}", f"{eps / tps:.3f} × TPC-B"),
                 ("ledger hits/s", f"{hps:,.1f}", f"{hps / tps:.3f} × TPC-B"),
-                ("propose latency p50 / p99", p50_99(latencies), ""),
                 ("effect latency p50 / p99", p50_99(whole), ""),
+                ("effects/s, two requests each", f"{eps_two:,.1f}", f"{eps_two / tps:.3f} × TPC-B"),
+                ("  propose latency p50 / p99", p50_99(latencies), ""),
+                ("  effect latency, two requests, p50 / p99", p50_99(whole_two), ""),
                 ("ledger hit latency p50 / p99", p50_99(hit_latencies), ""),
                 *[(f"  {step} p50 / p99", p50_99(xs), "") for step, xs in hand.items()],
                 ("write transactions per effect", f"{costs['xids'] / n:.2f}", ""),

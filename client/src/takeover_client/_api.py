@@ -58,21 +58,23 @@ def operation(
     returns: dict[int, type[Model] | None],
     headers: tuple[str, ...] = (),
     files: tuple[str, ...] = (),
+    query: tuple[str, ...] = (),
     wire: dict[str, str] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """One operation of the API as a typed method. The decorated function only declares the
     arguments: path parameters positional, the rest keyword-only (UNSET ones are not sent),
     which a GET sends as the query and any other method as the body, but for those named in
-    `headers` and `files`; `wire` spells the names the API spells otherwise. The method
-    answers `self._call(...)`: the model, or an awaitable of it on `AsyncBase`."""
+    `headers`, `files` and (another method's) `query`; `wire` spells the names the API
+    spells otherwise. The method answers `self._call(...)`: the model, or an awaitable of it
+    on `AsyncBase`."""
     wire = wire or {}
     where = "query" if method == "GET" else "body"
 
     def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
         parameters = inspect.signature(function).parameters
-        groups: dict[str, list[str]] = {"path": [], "query": [], "body": []}
+        groups: dict[str, list[str]] = {"path": [], "query": list(query), "body": []}
         for name, parameter in parameters.items():
-            if name == "self" or name in headers or name in files:
+            if name == "self" or name in headers or name in files or name in query:
                 continue
             positional = parameter.kind is parameter.POSITIONAL_OR_KEYWORD
             groups["path" if positional else where].append(name)

@@ -165,10 +165,21 @@ class RunBase:
         return idempotency_key(self.event_id, tool, target)
 
     def _proposal(
-        self, outcome: Any, tool, target, desired_state, key, expected_version, approval_id, reason
+        self,
+        outcome: Any,
+        tool,
+        target,
+        desired_state,
+        key,
+        expected_version,
+        approval_id,
+        reason,
+        wait: float = 0,
     ) -> dict:
         """Count `outcome` as proposed (a call whose answer is lost still counts) and give
-        `actions_propose`'s arguments; the caller forgets it if the proposal is refused."""
+        `actions_propose`'s arguments; the caller forgets it if the proposal is refused.
+        `wait`: how long the server may hold the answer for the outcome, kept within 30 s
+        and a few seconds short of the client's read timeout (what is left, `wait()` waits)."""
         arguments = {
             "idempotency_key": key or self.key(tool, target),
             "tool": tool,
@@ -178,6 +189,10 @@ class RunBase:
             "approval_id": UNSET if approval_id is None else approval_id,
             "reason": UNSET if reason is None else reason,
         }
+        read_timeout = self.client._http.timeout.read
+        hold = min(wait, _core.MAX_WAIT_PER_REQUEST, (read_timeout or 60.0) - 2.0)
+        if hold >= 0.1:
+            arguments["wait"] = round(hold, 1)
         self._proposals.append(outcome)
         return arguments
 

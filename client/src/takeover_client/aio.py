@@ -88,10 +88,11 @@ class AsyncRun(_shared.RunBase):
         expected_version: int | None = None,
         approval_id: str | None = None,
         reason: str | None = None,
+        wait: float = 0,
     ) -> AsyncOutcome:
         outcome = AsyncOutcome(self.client, None, tool=tool)
         arguments = self._proposal(
-            outcome, tool, target, desired_state, key, expected_version, approval_id, reason
+            outcome, tool, target, desired_state, key, expected_version, approval_id, reason, wait
         )
         try:
             answer = await self.client.api.actions_propose(self.id, **arguments)

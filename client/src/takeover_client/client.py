@@ -142,13 +142,17 @@ class Run(_shared.RunBase):
         expected_version: int | None = None,
         approval_id: str | None = None,
         reason: str | None = None,
+        wait: float = 0,
     ) -> Outcome:
         """Propose one side effect. `key` defaults to `self.key(tool, target)`. Answers at
         once with an `Outcome` (new, or `replayed` from the ledger); `.wait()` for the
-        result. A 422 `IdempotencyConflict` means this key was used for another intent."""
+        result. A 422 `IdempotencyConflict` means this key was used for another intent.
+        `wait=N` lets the server hold the answer up to N seconds (at most 30, and within the
+        client's timeout) until the action settles: a quick outcome then comes with the
+        proposal, one request instead of two, and `.wait()` answers without asking again."""
         outcome = Outcome(self.client, None, tool=tool)
         arguments = self._proposal(
-            outcome, tool, target, desired_state, key, expected_version, approval_id, reason
+            outcome, tool, target, desired_state, key, expected_version, approval_id, reason, wait
         )
         try:
             answer = self.client.api.actions_propose(self.id, **arguments)

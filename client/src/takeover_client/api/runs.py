@@ -24,6 +24,7 @@ class RunsOperations:
         "POST",
         "/runs/{id}/actions",
         headers=("idempotency_key",),
+        query=("wait",),
         wire={"idempotency_key": "Idempotency-Key"},
         returns={201: models.ActionOut, 200: models.ActionOut},
     )
@@ -35,6 +36,7 @@ class RunsOperations:
         tool: str,
         target: str,
         desired_state: dict[str, Any],
+        wait: float = UNSET,
         expected_version: int | None = UNSET,
         approval_id: str | None = UNSET,
         reason: str | None = UNSET,

@@ -1,0 +1,66 @@
+"""`POST /runs/{id}/actions?wait=N`: propose and await the outcome in one request, held
+exactly as `GET /actions/{id}?wait=N` holds it (a real worker settles the action)."""
+
+import pytest
+from django.test import override_settings
+
+from core.models import AuditEvent
+from runs.models import Action
+
+from ..conftest import problem
+from .scenarios import key, target
+
+
+def _propose(w, run_id, k, t, wait, tool="update_ticket"):
+    return w.agent.client().post(
+        f"/api/v1/runs/{run_id}/actions?wait={wait}",
+        {"tool": tool, "target": t, "desired_state": {"status": "closed"}},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY=k,
+    )
+
+
+@pytest.mark.worker
+def test_a_proposal_that_waits_answers_with_its_outcome_and_a_retry_is_a_hit(w):
+    run, k, t = w.start_run(), key(), target()
+    first = _propose(w, run["id"], k, t, 10)
+    assert first.status_code == 201, first.content
+    body = first.json()
+    assert (body["state"], body["replayed"]) == ("succeeded", False)
+    assert [a["outcome"] for a in body["attempts"]] == ["applied"]
+    assert "Retry-After" not in first
+    again = _propose(w, run["id"], k, t, 10)
+    assert again.status_code == 200
+    assert (again.json()["id"], again.json()["state"]) == (body["id"], "succeeded")
+    assert again.json()["replayed"] is True
+    assert w.downstream.mutations(t) == 1
+
+
+@pytest.mark.worker
+def test_a_proposal_waiting_for_an_approval_answers_at_once(w):
+    run = w.start_run()
+    response = _propose(w, run["id"], key(), target(), 30, tool="close_ticket")
+    assert response.status_code == 201
+    assert response.json()["state"] == "awaiting_approval"  # not held: a person decides
+
+
+@pytest.mark.parametrize("wait", ["x", "31", "-1", "nan", "1_0"])
+def test_a_bad_wait_is_a_400_naming_it_and_writes_nothing(world, wait):
+    world.tool("update_ticket")
+    run, k = world.start_run(), key()
+    before = AuditEvent.objects.count()
+    response = _propose(world, run["id"], k, target(), wait)
+    assert response.status_code == 400
+    assert "wait" in problem(response)["errors"]
+    assert not Action.objects.filter(idempotency_key=k).exists()
+    assert AuditEvent.objects.count() == before
+
+
+@override_settings(WAIT_MAX_PER_PRINCIPAL=0)
+def test_over_the_cap_of_waits_the_proposal_answers_at_once_with_retry_after(world):
+    world.tool("update_ticket")  # no worker: the action stays queued
+    run = world.start_run()
+    response = _propose(world, run["id"], key(), target(), 5)
+    assert response.status_code == 201
+    assert response.json()["state"] == "queued"
+    assert response["Retry-After"] == "1"
