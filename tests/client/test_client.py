@@ -46,6 +46,27 @@ def test_succeeded_and_the_context_manager_reports_tools_called(w, agent):
     assert w.downstream.mutations(target) == 1
 
 
+def test_a_proposal_that_waits_brings_its_outcome_in_one_request(w, live_server):
+    sent = []
+
+    class Counting(httpx.HTTPTransport):
+        def handle_request(self, request):
+            sent.append((request.method, request.url.path, request.url.query.decode()))
+            return super().handle_request(request)
+
+    target = ticket()
+    with Takeover(live_server.url, w.agent.token, transport=Counting()) as client:
+        run = client.start_run("api", {}, event_id=event())
+        sent.clear()
+        outcome = run.propose("update_ticket", target, {"status": "open"}, wait=20)
+        assert outcome.state == "succeeded" and not outcome.replayed
+        assert outcome.wait(5) is outcome
+        # Held within the client's 10 s timeout; nothing asked again.
+        assert sent == [("POST", f"/api/v1/runs/{run.id}/actions", "wait=8.0")]
+        run.finish()
+    assert w.downstream.mutations(target) == 1
+
+
 def test_the_same_key_is_replayed_from_the_ledger_and_content_changes_are_flagged(w, agent):
     recipient = f"{ticket().lower()}@example.com"
     with agent.start_run("schedule", {}, event_id=event()) as run:
@@ -231,7 +252,8 @@ def test_the_async_client_waits_and_raises_the_same_way(w, live_server):
     async def scenario():
         async with AsyncTakeover(live_server.url, w.agent.token) as client:
             async with await client.start_run("api", {}, event_id=event()) as run:
-                ok = await (await run.propose("update_ticket", good, {"status": "open"})).wait(30)
+                ok = await run.propose("update_ticket", good, {"status": "open"}, wait=10)
+                assert ok.state == "succeeded"
                 with pytest.raises(NeedsHuman):
                     await (await run.propose("update_ticket", bad, {"status": "open"})).wait(30)
             return ok, (await client.run(run.id)).data
