@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cached_property
 
-from django.db.models import Count, OuterRef, Q, Subquery
+from django.db.models import Count, F, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from approvals.models import Approval, RequestState
@@ -201,14 +201,11 @@ def queue_rows_queryset(filters: QueueFilters, base=None, *, now=None):
         qs = base if base is not None else _open_actions(filters, now=now)
     last_attempt = Attempt.objects.filter(action=OuterRef("pk")).order_by("-number")
     last_read = Reconciliation.objects.filter(action=OuterRef("pk")).order_by("-at", "-id")
-    return (
-        qs.select_related("tool", "tenant", "principal", "claimed_by")
-        .only(*queue_rows.FIELDS)
-        .annotate(
-            last_http_status=Subquery(last_attempt.values("http_status")[:1]),
-            last_verdict=Subquery(last_read.values("verdict")[:1]),
-            last_diff=Subquery(last_read.values("diff")[:1]),
-        )
+    return qs.only(*queue_rows.FIELDS).annotate(
+        **{name: F(path) for name, path in queue_rows.NAMES.items()},
+        last_http_status=Subquery(last_attempt.values("http_status")[:1]),
+        last_verdict=Subquery(last_read.values("verdict")[:1]),
+        last_diff=Subquery(last_read.values("diff")[:1]),
     )
 
 

@@ -9,6 +9,7 @@ from django.views.decorators.http import require_POST
 
 from core.errors import DomainError
 
+from . import queue_rows
 from . import selectors as sel
 from .forms import (
     ActionFilterForm,
@@ -73,13 +74,24 @@ def queue(request):
     )
     cursor = sel.parse_cursor(request.GET.get("after"))
     page = sel.queue_page(filters, cursor)
+    multi_tenant = len(tenant_ids) > 1
+
+    def rows_html():  # called by the template, so a refresh answered 204 never writes rows
+        return queue_rows.html(
+            page.rows,
+            oncall=scope.is_oncall,
+            multi_tenant=multi_tenant,
+            tz_name=timezone.get_current_timezone_name(),
+        )
+
     context = {
         "section": "queue",
         "form": form,
         "page": page,
         "filters": filters,
-        "multi_tenant": len(tenant_ids) > 1,
-        "oncall": scope.is_oncall,  # per row: asked once
+        "multi_tenant": multi_tenant,
+        "oncall": scope.is_oncall,
+        "rows_html": rows_html,
         "paged": cursor is not None,
         "next_query": query_with(request, after=page.next_cursor) if page.next_cursor else "",
         "first_query": query_with(request, after=None),

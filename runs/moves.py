@@ -8,6 +8,7 @@ table does not allow. Checked at import: every move of the action table, and eve
 tool's declaration allows, lands on a legal move of the ledger's.
 """
 
+import functools
 import uuid
 
 from django.conf import settings
@@ -241,6 +242,16 @@ LEFT JOIN core_tenant tn ON tn.id = m.tenant_id
 LEASED = [(Action, "a"), (Tool, "t"), (Principal, "pr"), (Tenant, "tn")]
 
 
+@functools.lru_cache(maxsize=16)
+def _lease_queued_sql(pick: str) -> str:
+    """LEASE_QUEUED around `pick`, written once per pick (a worker leases twice per effect:
+    once for its action, once more when a peer heard of the same action first)."""
+    action, tool, principal, tenant = (rows.columns(model, alias) for model, alias in LEASED)
+    return LEASE_QUEUED.format(
+        pick=pick, action=action, tool=tool, principal=principal, tenant=tenant
+    )
+
+
 def actions_lease_dispatch(
     pick: str, params: dict, *, actor: Actor, now, timeouts: int, extra_seconds: float
 ) -> list[tuple]:
@@ -250,10 +261,7 @@ def actions_lease_dispatch(
     or None when it presents an approval and was not moved, then the columns of each of
     LEASED's models in turn)."""
     check_move(ActionState.QUEUED, ActionState.DISPATCHING)
-    action, tool, principal, tenant = (rows.columns(model, alias) for model, alias in LEASED)
-    sql = LEASE_QUEUED.format(
-        pick=pick, action=action, tool=tool, principal=principal, tenant=tenant
-    )
+    sql = _lease_queued_sql(pick)
     params = {
         **params,
         "now": now,

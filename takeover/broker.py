@@ -39,7 +39,6 @@ class Channel(filesystem.Channel):
         wanted = f"{queue}.msg"
         claimed_dir = os.path.join(self.processed_folder, "claimed")
         try:
-            os.makedirs(claimed_dir, exist_ok=True)
             names = sorted(os.listdir(self.data_folder_in))
         except OSError:
             raise Empty() from None  # the directory is away (unmounted, moved): wait for it
@@ -48,6 +47,9 @@ class Channel(filesystem.Channel):
                 continue
             claimed = os.path.join(claimed_dir, name)
             try:
+                # Made when there is a message to claim, not at every poll (several a
+                # second, mostly empty).
+                os.makedirs(claimed_dir, exist_ok=True)
                 os.rename(os.path.join(self.data_folder_in, name), claimed)
             except OSError:
                 continue  # another consumer took it first

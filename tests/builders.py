@@ -266,14 +266,14 @@ def make_awaiting(world, *, run=None, target=None, reason="", key=None):
     )
 
 
-def make_blocked(world, run=None):
+def make_blocked(world, run=None, target=None):
     """An e-mail proposed with an approval that does not exist: blocked at once
     (approval_not_found), in the queue until on-call acknowledges it. The cheapest row the
     on-call queue shows (approval requests are on Approvals, not in the queue)."""
     action, _, _ = action_propose(
         run=run or start_run(world),
         tool=tool(world, "send_email", prefix="email", requires_approval=True),
-        target=f"{uuid.uuid4().hex[:6]}@example.com",
+        target=target or f"{uuid.uuid4().hex[:6]}@example.com",
         desired_state={"subject": "Refund"},
         expected_version=None,
         idempotency_key=f"k-{uuid.uuid4().hex}",

@@ -26,7 +26,6 @@ import json
 import threading
 import time
 import uuid
-from functools import partial
 
 import httpx
 from django.conf import settings
@@ -40,9 +39,9 @@ from mcp_types import (
 from mcp_types import INVALID_PARAMS as MCP_INVALID_PARAMS
 from takeover_client import signing
 
+from core import egress
 from core.logs import traceparent
 from core.models import ToolEffect
-from core.perprocess import PerProcess
 
 from ..states import AttemptOutcome, Verdict
 from .answers import CallResult, Lookup, Read, lookup_applied
@@ -102,54 +101,23 @@ def _envelope(extra: dict | None = None) -> dict:
     }
 
 
-def _transport(reuse: bool) -> httpx.HTTPTransport:
-    """The engine's own (`core.egress.egress_transport`): egress-checked on the resolved
-    address; no proxy, no redirect and no cookie, since a transport has none of them. With
-    no keep-alive (so that a connect error still proves "never sent") unless `reuse`: for a
-    call with no side effect (a read_only tool's apply, a read or lookup tool), which a
-    stale kept-alive connection could at worst make unknown, and which saves a connection
-    per call (one second idle at most: most servers keep an idle one longer)."""
-    from core.egress import egress_transport
-
-    limits = (
-        httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=1)
-        if reuse
-        else httpx.Limits(max_connections=None, max_keepalive_connections=0)
-    )
-    return egress_transport(limits)
-
-
-_transports = {reuse: PerProcess(partial(_transport, reuse)) for reuse in (False, True)}
-
-
-def _http(reuse: bool = False) -> httpx.HTTPTransport:
-    """One transport of each kind per process (`_transport`)."""
-    return _transports[reuse].get()
-
-
 @functools.lru_cache(maxsize=1024)
 def _url(url: str) -> httpx.URL:
     return httpx.URL(url)
 
 
-USER_AGENT = f"python-httpx/{httpx.__version__}"
-
-
 def rpc(
     url: str, method: str, params: dict, *, timeout: float, action=None, reuse: bool = False
 ) -> httpx.Response:
-    """POST one JSON-RPC request (httpx errors propagate: the caller classifies them).
-
-    Straight to the transport: httpx's client would only add its request building, its
-    redirect, auth and cookie machinery and a log line per call, none of which applies
-    here (measured: a third of the call's CPU)."""
+    """POST one JSON-RPC request straight to the engine's egress-checked transport
+    (`core.egress.tool_request`: keep-alive-free unless `reuse`; httpx errors propagate:
+    the caller classifies them)."""
     body = {"jsonrpc": "2.0", "id": uuid.uuid4().hex[:12], "method": method, "params": params}
     content = json.dumps(body, separators=(",", ":")).encode()
     target = _url(url)
     headers = {
         "Content-Type": "application/json",
         "Accept": "application/json, text/event-stream",
-        "User-Agent": USER_AGENT,
         "MCP-Protocol-Version": PROTOCOL_VERSION,
         "Mcp-Method": method,
         "traceparent": traceparent(),
@@ -167,20 +135,9 @@ def rpc(
             action_id=str(action.pk),
             key=action.idempotency_key,
         )
-    request = httpx.Request(
-        "POST",
-        target,
-        content=content,
-        headers=headers,
-        extensions={"timeout": httpx.Timeout(timeout).as_dict()},
+    return egress.tool_request(
+        "POST", target, headers=headers, content=content, timeout=timeout, reuse=reuse
     )
-    response = _http(reuse).handle_request(request)
-    response.request = request
-    try:
-        response.read()
-    finally:
-        response.close()
-    return response
 
 
 def answer(response: httpx.Response) -> dict:

@@ -23,34 +23,13 @@ import httpx
 from django.conf import settings
 from takeover_client import signing
 
-from core import metrics
+from core import egress, metrics
 from core.logs import traceparent
-from core.perprocess import PerProcess
 
 from ..models import Action
 from ..states import AttemptOutcome, Verdict
 from . import mcp
 from .answers import CallResult, Lookup, Read, lookup_applied
-
-
-def _client() -> httpx.Client:
-    # The egress policy (core/egress.py): only allowed destinations, checked on
-    # the resolved address at connect time; a refusal is a ConnectError, so "not sent".
-    # trust_env=False: no proxy from the environment may sit between us and the tool.
-    # No keep-alive: every attempt opens a fresh connection, so that ConnectError still
-    # proves "never sent" (a pooled connection the server closed could fail mid-write).
-    # Everything else (TLS context, certificate store) is built once, here.
-    from core.egress import egress_client
-
-    return egress_client(limits=httpx.Limits(max_connections=None, max_keepalive_connections=0))
-
-
-# One client per process (building one costs 10-50 ms of CPU for its TLS context).
-_http = PerProcess(_client)
-
-
-def http_client() -> httpx.Client:
-    return _http.get()
 
 
 def tool_url(tool, *segments: str) -> httpx.URL:
@@ -61,7 +40,9 @@ def tool_url(tool, *segments: str) -> httpx.URL:
 
 def send(action: Action, method: str, url: httpx.URL, body: dict | None = None):
     """One signed request to `action`'s tool: its action id and key as headers, the
-    signature over exactly the bytes and the path that go on the wire."""
+    signature over exactly the bytes and the path that go on the wire. On a fresh
+    connection, egress-checked on the resolved address at connect time, with no proxy, no
+    redirect and no cookie (`core.egress.tool_request`)."""
     tool = action.tool
     content = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
     headers = {
@@ -79,8 +60,8 @@ def send(action: Action, method: str, url: httpx.URL, body: dict | None = None):
     }
     if body is not None:
         headers["Content-Type"] = "application/json"
-    return http_client().request(
-        method, url, content=content or None, headers=headers, timeout=tool.timeout_seconds
+    return egress.tool_request(
+        method, url, headers=headers, content=content or None, timeout=tool.timeout_seconds
     )
 
 
