@@ -125,7 +125,7 @@ def propose(request, pk):
         resource = selectors.action_view(action.pk)[1]
     if seconds and resource["state"] in IN_PROGRESS:
         # Propose and await the outcome in one request: the same wait as GET ?wait=.
-        resource = dict(wait_for_settle(request, action.pk, seconds)[1])
+        resource = dict(wait_for_settle(request, action.pk, seconds, (action, resource))[1])
     resource["replayed"], resource["content_changed"] = not created, changed
     return waited(request, Response(resource, status=201 if created else 200))
 
@@ -151,24 +151,29 @@ def waited(request, response):
     return response
 
 
-def wait_for_settle(request, pk, seconds: float):
+def wait_for_settle(request, pk, seconds: float, known=None):
     """The action, held until it leaves the in-progress states or `seconds` pass.
 
     No poll loop: the request sleeps on an event that the process's LISTEN thread sets when
     the action's settling transaction commits (`runs.waits`). It listens before its first
-    read, so a settle in between is seen. Over the per-principal or per-process cap it
+    read, so a settle in between is seen. `known` is a view this request has just read (a
+    proposal's answer): then that first read is of the state alone, and the whole view is
+    read again only if the state moved. Over the per-principal or per-process cap it
     answers at once with the current state."""
     caller = request.user
     key = ("principal", caller.principal.pk) if caller.is_principal else ("user", caller.user.pk)
     try:
         event = waiters.register(pk, key)
     except WaitRefused:
-        view = action_view_for(caller, pk)
+        view = known or action_view_for(caller, pk)
         request.wait_refused = view[0].state in IN_PROGRESS
         return view
     try:
         deadline = time.monotonic() + seconds
-        view = action_view_for(caller, pk)
+        if known is not None and selectors.action_state(pk) == known[0].state == known[1]["state"]:
+            view = known
+        else:
+            view = action_view_for(caller, pk)
         while view[0].state in IN_PROGRESS:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not event.wait(remaining):
