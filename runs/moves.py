@@ -8,7 +8,6 @@ table does not allow. Checked at import: every move of the action table, and eve
 tool's declaration allows, lands on a legal move of the ledger's.
 """
 
-import functools
 import uuid
 
 from django.conf import settings
@@ -242,14 +241,10 @@ LEFT JOIN core_tenant tn ON tn.id = m.tenant_id
 LEASED = [(Action, "a"), (Tool, "t"), (Principal, "pr"), (Tenant, "tn")]
 
 
-@functools.lru_cache(maxsize=16)
-def _lease_queued_sql(pick: str) -> str:
-    """LEASE_QUEUED around `pick`, written once per pick (a worker leases twice per effect:
-    once for its action, once more when a peer heard of the same action first)."""
-    action, tool, principal, tenant = (rows.columns(model, alias) for model, alias in LEASED)
-    return LEASE_QUEUED.format(
-        pick=pick, action=action, tool=tool, principal=principal, tenant=tenant
-    )
+# LEASE_QUEUED around each `pick`, written once per pick (a worker leases twice per effect:
+# once for its action, once more when a peer heard of the same action first). The picks are
+# the few statement shapes runs.engine.leases writes.
+_LEASE_QUEUED_FOR: dict[str, str] = {}
 
 
 def actions_lease_dispatch(
@@ -261,7 +256,11 @@ def actions_lease_dispatch(
     or None when it presents an approval and was not moved, then the columns of each of
     LEASED's models in turn)."""
     check_move(ActionState.QUEUED, ActionState.DISPATCHING)
-    sql = _lease_queued_sql(pick)
+    if (sql := _LEASE_QUEUED_FOR.get(pick)) is None:
+        action, tool, principal, tenant = (rows.columns(m, alias) for m, alias in LEASED)
+        sql = _LEASE_QUEUED_FOR[pick] = LEASE_QUEUED.format(
+            pick=pick, action=action, tool=tool, principal=principal, tenant=tenant
+        )
     params = {
         **params,
         "now": now,
