@@ -122,7 +122,7 @@ def propose(request, pk):
     elif found.action is not None and action.pk == found.action.pk:
         resource = found.resource
     else:  # lost a race for a new key: the winner's action, read now
-        resource = selectors.action_view(action.pk)[1]
+        action, resource = selectors.action_view(action.pk)
     if seconds and resource["state"] in IN_PROGRESS:
         # Propose and await the outcome in one request: the same wait as GET ?wait=.
         resource = dict(wait_for_settle(request, action.pk, seconds, (action, resource))[1])
@@ -170,7 +170,7 @@ def wait_for_settle(request, pk, seconds: float, known=None):
         return view
     try:
         deadline = time.monotonic() + seconds
-        if known is not None and selectors.action_state(pk) == known[0].state == known[1]["state"]:
+        if known is not None and selectors.action_state(pk) == known[0].state:
             view = known
         else:
             view = action_view_for(caller, pk)
