@@ -68,7 +68,7 @@ class Waiters:
         with self.lock:
             if (
                 self.total >= settings.WAIT_MAX_PER_PROCESS
-                or self.per_principal[principal_key] >= settings.WAIT_MAX_PER_PRINCIPAL
+                or self.per_principal.get(principal_key, 0) >= settings.WAIT_MAX_PER_PRINCIPAL
             ):
                 raise WaitRefused()
             self.total += 1
