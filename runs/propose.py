@@ -11,6 +11,7 @@ intent: the existing action, nothing sent) or an idempotency conflict (a differe
 refused, and recorded for operators).
 """
 
+import functools
 import uuid
 
 from django.db import connection, transaction
@@ -132,6 +133,7 @@ def _action_propose(
     actor: Actor,
     known=None,
     action_id=None,
+    unflushed: bool = False,
 ) -> tuple[Action, bool, bool]:
     """Record a proposed side effect under its idempotency key.
 
@@ -145,6 +147,9 @@ def _action_propose(
     it the live entry is read here. (A read that its caller dispatches itself, the MCP
     gateway's pass-through, is `read_claimed`.) `action_id`: the new action's id, chosen by
     the caller (one that waits for it listens before it exists); a new one by default.
+    `unflushed`: a proposal straight to the queue commits without waiting for the disk
+    (`_propose_queued`); its caller flushes before it answers with the action still
+    queued (`action_flush`).
     """
     if run.status != RunStatus.RUNNING:
         raise RunNotRunning(f"This run is {run.status}; only a running run may propose.")
@@ -161,7 +166,9 @@ def _action_propose(
         # Straight to the queue in one statement, or, presenting or needing an approval, in a
         # transaction; either writes nothing and answers None when the key is live already.
         queued = approval_id is None and not tool.requires_approval
-        write = _propose_queued if queued else _create_action
+        write = _create_action
+        if queued:
+            write = functools.partial(_propose_queued, unflushed=unflushed)
     action = write(
         action_id or uuid.uuid4(),
         run=run,
@@ -195,17 +202,37 @@ events AS (
 )
 SELECT generation, pg_notify('takeover_work', %(work_note)s) FROM entry
 """  # noqa: S608 -- RESERVE is a constant, not input
+# Its commit does not wait for the WAL to reach the disk (`_propose_queued`'s `unflushed`).
+PROPOSE_QUEUED_UNFLUSHED = (
+    PROPOSE_QUEUED.rstrip().rpartition(" FROM entry")[0]
+    + ", set_config('synchronous_commit', 'off', true) FROM entry\n"
+)
 
 
 def _propose_queued(
-    action_id, *, run, key, fingerprint, approval_id, reason, actor: Actor, **binding
+    action_id,
+    *,
+    run,
+    key,
+    fingerprint,
+    approval_id,
+    reason,
+    actor: Actor,
+    unflushed: bool = False,
+    **binding,
 ) -> Action | None:
     """The common proposal, one that goes straight to the queue (no approval presented, none
     required), written in ONE statement in autocommit: the key's ledger reservation, the
     action and both audit events, instead of a transaction of five round trips. The same
     rows as `_create_action` writes; the statement is the transaction, so it is all or
     nothing. None when the key is already live (the reservation inserted nothing, and so
-    did the rest of the statement)."""
+    did the rest of the statement).
+
+    `unflushed`: the statement's commit does not wait for the WAL to reach the disk. For a
+    proposer that tells nobody of the action before a later commit that does wait: the
+    worker's lease (committed, and flushed, before any call; flushing it flushes this
+    commit, written before it), or `action_flush`. A crash in between loses a proposal
+    that nobody was told of and nothing acted on; its retry proposes it again."""
     entry, params = ledger_reserve_statement(
         tenant=run.tenant,
         key=key,
@@ -220,12 +247,25 @@ def _propose_queued(
     params["action_row"] = rows.record(action)
     params["reserved_row"], params["proposed_row"] = rows.record(reserved), rows.record(proposed)
     params["work_note"] = queued_note(action_id)
-    if ledger_reserve_execute(entry, PROPOSE_QUEUED, params) is None:
+    sql = PROPOSE_QUEUED_UNFLUSHED if unflushed else PROPOSE_QUEUED
+    if ledger_reserve_execute(entry, sql, params) is None:
         return None
     action._state.adding, action._state.db = False, connection.alias
     action.ledger_entry = entry
     enqueue_dispatch(notified=True)  # the statement's pg_notify told the listening workers
     return action
+
+
+def action_flush(action_id) -> None:
+    """Make sure an `unflushed` proposal has reached the disk before anyone is told of it: a
+    write of its own row (its timestamp set to itself) committed the usual way, which waits
+    for the WAL up to its own commit, written after the proposal's. Waits behind a lease
+    that holds the row, and then writes nothing: that lease's commit was flushed."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE runs_action SET updated_at = updated_at WHERE id = %s AND state = 'queued'",
+            [action_id],
+        )
 
 
 def _read_action_create(

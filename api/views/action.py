@@ -17,8 +17,8 @@ from runs import decisions, presenters, selectors
 from runs.models import (
     IdempotencyConflict,
 )
-from runs.propose import action_propose
-from runs.states import IN_PROGRESS, OPEN_FOR_HUMANS
+from runs.propose import action_flush, action_propose
+from runs.states import IN_PROGRESS, OPEN_FOR_HUMANS, ActionState
 from runs.waits import WaitRefused, waiters
 
 from .common import (
@@ -112,6 +112,7 @@ def propose(request, pk):
             actor=request.user.actor,
             known=found,
             action_id=early and early.action_id,
+            unflushed=early is not None,  # it answers after a flushed commit, or flushes
         )
         if created:
             resource = presenters.action_resource(
@@ -135,6 +136,9 @@ def propose(request, pk):
                 early.close()  # its slot, before the wait takes one of its own
             known = (action, resource)
             resource = dict(wait_for_settle(request, action.pk, seconds, known, early=ours)[1])
+        if resource["state"] == ActionState.QUEUED and (early or not created):
+            # Still queued: no lease has flushed its proposal (ours, or a racer's) to disk.
+            action_flush(action.pk)
     finally:
         if early:
             early.close()

@@ -79,3 +79,34 @@ def test_every_proposal_that_waits_gives_its_wait_back(w):
     assert _propose(w, run["id"], key(), target(), 10, tool="close_ticket").status_code == 201
     assert _propose(w, run["id"], key(), target(), 10, tool="no_such_tool").status_code == 400
     assert (waiters.total, dict(waiters.per_principal), dict(waiters.events)) == (0, {}, {})
+
+
+def _xmins(action_id) -> tuple[str, str]:
+    """The transaction that last wrote the action's row, and the one that proposed it (its
+    first audit event, a row never written again)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT xmin::text FROM runs_action WHERE id = %s", [action_id])
+        (action,) = cursor.fetchone()
+        cursor.execute(
+            "SELECT xmin::text FROM core_auditevent WHERE object_type = 'action' "
+            "AND object_id = %s ORDER BY at, id LIMIT 1",
+            [str(action_id)],
+        )
+        (proposed,) = cursor.fetchone()
+    return action, proposed
+
+
+def test_a_proposal_that_waits_is_on_disk_before_its_answer(world):
+    """A waiting proposal commits without waiting for the disk: a later commit that waits
+    flushes it too. Either a worker's lease (always committed that way, before any call),
+    or, answered still queued, a write of its own row again. So whatever the answer, the
+    row was written again after the proposal, by a commit that waited for the disk."""
+    world.tool("update_ticket")
+    run = world.start_run()
+    for _ in range(5):
+        response = _propose(world, run["id"], key(), target(), 0.01)
+        assert response.status_code == 201
+        written, proposed = _xmins(response.json()["id"])
+        assert written != proposed, response.json()["state"]
