@@ -47,9 +47,9 @@ from runs.states import (
     Verdict,
 )
 
+from . import counts as counts_module
 from . import queue_rows
 from .action_history import DiffRow
-from . import counts as counts_module
 from .counts import capped, capped_sum, counts_sql
 
 PAGE_SIZE = 50
