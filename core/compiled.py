@@ -57,14 +57,13 @@ class Statement:
     converters: tuple = ()
 
     def params(self, values: dict) -> list:
-        return [
-            constant
-            if name is None
-            else values[name]
-            if constant is None
-            else values[name][constant]
-            for name, constant in self.slots
-        ]
+        params = []
+        for name, at in self.slots:
+            if name is None:
+                params.append(at)  # a constant
+            else:
+                params.append(values[name] if at is None else values[name][at])
+        return params
 
     def fetch(self, values: dict) -> list[tuple]:
         connection = connections[self.using]
