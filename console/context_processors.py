@@ -38,22 +38,33 @@ class NavCounts:
         from django.utils import timezone
 
         from approvals.models import ApprovalRequest, RequestState
+        from core import compiled
         from runs.selectors import open_queue
 
-        from .counts import capped_counts
+        from . import counts
         from .selectors import QUEUE_STATES
 
-        tenant = self.scope.tenant
-        counts = capped_counts(
-            {
-                "approvals": ApprovalRequest.objects.filter(
-                    tenant=tenant, state=RequestState.PENDING, expires_at__gt=timezone.now()
-                ),
-                # The queue's own query: the open-queue partial index covers it.
-                "oncall": open_queue([tenant.pk], states=QUEUE_STATES),
-            }
+        def build(tenant_id, now):
+            return counts.counts_sql(
+                [
+                    ApprovalRequest.objects.filter(
+                        tenant_id=tenant_id, state=RequestState.PENDING, expires_at__gt=now
+                    ),
+                    # The queue's own query: the open-queue partial index covers it.
+                    open_queue([tenant_id], states=QUEUE_STATES),
+                ]
+            )
+
+        # Compiled once (`core.compiled`): every page and every poll of every page asks.
+        found, values = compiled.statement(
+            ("nav-counts", counts.COUNT_CAP),
+            build,
+            tenant_id=self.scope.tenant.pk,
+            now=timezone.now(),
         )
-        return counts["approvals"], counts["oncall"]
+        (row,) = found.fetch(values)
+        capped = counts.capped(["approvals", "oncall"], row)
+        return capped["approvals"], capped["oncall"]
 
     @property
     def approvals(self) -> int:

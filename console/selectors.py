@@ -300,10 +300,16 @@ def queue_reason(action) -> str:
 
 def queue_tools(scope: Scope, tenant_ids) -> list[tuple[str, list]]:
     """Tool names in the given tenants, each with its ids (a name can exist per tenant)."""
+
+    def build(tenant_ids):
+        return (
+            Tool.objects.filter(tenant_id__in=tenant_ids).order_by("name").values_list("pk", "name")
+        )
+
+    # Compiled once per number of tenants (`core.compiled`): the queue page asks every time.
+    found, values = compiled.statement("queue-tools", build, tenant_ids=list(tenant_ids))
     names: dict[str, list] = {}
-    for pk, name in (
-        Tool.objects.filter(tenant_id__in=tenant_ids).order_by("name").values_list("pk", "name")
-    ):
+    for pk, name in found.fetch(values):
         names.setdefault(name, []).append(pk)
     return list(names.items())
 

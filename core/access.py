@@ -145,9 +145,7 @@ def console_viewer(user, session) -> Viewer | None:
     """An operator in the console: all their memberships, the current tenant from
     `session["tenant"]` (the key the API's session authentication reads too), falling back
     to the first membership, remembered. None when the user belongs to no tenant."""
-    memberships = list(
-        Membership.objects.filter(user=user).select_related("tenant").order_by("tenant__slug")
-    )
+    memberships = operator_memberships(user.pk)
     if not memberships:
         return None
     slug = session.get("tenant")
@@ -156,6 +154,30 @@ def console_viewer(user, session) -> Viewer | None:
         current = memberships[0]
         session["tenant"] = current.tenant.slug
     return Viewer("operator", current.tenant, user=user, memberships=memberships)
+
+
+# Every console request starts here: one hand-written statement, like the token lookup below
+# (the ORM's select_related query cost ~0.7 ms of Python, its round trip ~0.1 ms).
+MEMBERSHIPS = f"""
+SELECT {columns(Membership, "m")}, {columns(Tenant, "t")}
+FROM core_membership m JOIN core_tenant t ON t.id = m.tenant_id
+WHERE m.user_id = %s
+ORDER BY t.slug
+"""  # noqa: S608 -- built from model metadata only
+
+
+def operator_memberships(user_id) -> list[Membership]:
+    """The operator's memberships, each with its tenant, ordered by the tenant's slug."""
+    with connection.cursor() as cursor:
+        cursor.execute(MEMBERSHIPS, [user_id])
+        rows = cursor.fetchall()
+    n = width(Membership)
+    memberships = []
+    for row in rows:
+        membership = instance(Membership, row[:n])
+        membership.tenant = instance(Tenant, row[n:])
+        memberships.append(membership)
+    return memberships
 
 
 # Every API request starts here, so it is one hand-written statement: the ORM's compilation
