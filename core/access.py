@@ -180,6 +180,22 @@ def operator_memberships(user_id) -> list[Membership]:
     return memberships
 
 
+def operator_by_pk(user_id):
+    """The operator (Django's user) with this primary key, or None: what the sign-in
+    backends' `get_user` reads on every console request, as one hand-written statement."""
+    from django.contrib.auth import get_user_model
+
+    model = get_user_model()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {columns(model, 'u')} FROM {model._meta.db_table} u "  # noqa: S608
+            f"WHERE u.{model._meta.pk.column} = %s",
+            [user_id],
+        )
+        row = cursor.fetchone()
+    return instance(model, row) if row is not None else None
+
+
 # Every API request starts here, so it is one hand-written statement: the ORM's compilation
 # of this select_related query cost more CPU than all the rest of a ledger hit.
 TOKEN_LOOKUP = f"""
