@@ -112,7 +112,7 @@ class Waiters:
         return listener
 
     def _listen(self, ready: threading.Event) -> None:
-        def connected() -> None:
+        def connected(conn=None) -> None:
             ready.set()
             self.wake_all()  # whatever settled while we were away: re-read
 
