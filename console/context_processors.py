@@ -13,7 +13,7 @@ def scope(request):
     current = getattr(request, "scope", None)
     return {
         "scope": current,
-        "nav_counts": NavCounts(current),
+        "nav_counts": NavCounts(current, oncall=getattr(request, "nav_oncall", None)),
         "tz_name": timezone.get_current_timezone_name(),
     }
 
@@ -28,8 +28,11 @@ class NavCounts:
     live partials (queue rows, action state) cost nothing more.
     """
 
-    def __init__(self, scope):
+    def __init__(self, scope, *, oncall=None):
         self.scope = scope
+        # The on-call count when the page already holds it (the queue, unfiltered, of the
+        # current tenant): its per-state counts are the same query, split by state.
+        self.known_oncall = oncall
 
     @cached_property
     def _counts(self) -> tuple[int, int]:
@@ -72,7 +75,9 @@ class NavCounts:
 
     @property
     def oncall(self) -> int:
-        return self._counts[1] if self.scope and self.scope.is_oncall else 0
+        if not (self.scope and self.scope.is_oncall):
+            return 0
+        return self._counts[1] if self.known_oncall is None else self.known_oncall
 
     @cached_property
     def force(self) -> int:

@@ -44,3 +44,13 @@ def capped_sum(counts) -> int:
     counts = list(counts)
     total = sum(counts)
     return AtLeast(total) if any(isinstance(n, AtLeast) for n in counts) else total
+
+
+def as_one_count(counts) -> int:
+    """Disjoint capped counts as ONE capped count of their union would read: the exact sum
+    up to the cap, AtLeast(cap) past it (a part that stopped at the cap is past it)."""
+    counts = list(counts)
+    total = sum(counts)
+    if total > COUNT_CAP or any(isinstance(n, AtLeast) for n in counts):
+        return AtLeast(COUNT_CAP)
+    return total

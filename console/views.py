@@ -11,6 +11,7 @@ from core.errors import DomainError
 
 from . import finding, queue_rows
 from . import selectors as sel
+from .counts import as_one_count
 from .forms import (
     ActionFilterForm,
     QueueFilterForm,
@@ -75,6 +76,10 @@ def queue(request):
     cursor = sel.parse_cursor(request.GET.get("after"))
     page = sel.queue_page(filters, cursor)
     multi_tenant = len(tenant_ids) > 1
+    if tenant_ids == [scope.tenant.pk] and filters.tool_ids is None and not filters.age:
+        # The navigation's on-call count is this page's total over the on-call states (the
+        # same rows, counted by state): not counted a second time.
+        request.nav_oncall = as_one_count(page.counts[state] for state in sel.QUEUE_STATES)
 
     def rows_html():  # called by the template, so a refresh answered 204 never writes rows
         return queue_rows.html(
