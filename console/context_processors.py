@@ -13,7 +13,7 @@ def scope(request):
     current = getattr(request, "scope", None)
     return {
         "scope": current,
-        "nav_counts": NavCounts(current),
+        "nav_counts": NavCounts(current, oncall=getattr(request, "nav_oncall", None)),
         "tz_name": timezone.get_current_timezone_name(),
     }
 
@@ -28,8 +28,11 @@ class NavCounts:
     live partials (queue rows, action state) cost nothing more.
     """
 
-    def __init__(self, scope):
+    def __init__(self, scope, *, oncall=None):
         self.scope = scope
+        # The on-call count when the page already holds it (the queue, unfiltered, of the
+        # current tenant): its per-state counts are the same query, split by state.
+        self.known_oncall = oncall
 
     @cached_property
     def _counts(self) -> tuple[int, int]:
@@ -38,22 +41,33 @@ class NavCounts:
         from django.utils import timezone
 
         from approvals.models import ApprovalRequest, RequestState
+        from core import compiled
         from runs.selectors import open_queue
 
-        from .counts import capped_counts
+        from . import counts
         from .selectors import QUEUE_STATES
 
-        tenant = self.scope.tenant
-        counts = capped_counts(
-            {
-                "approvals": ApprovalRequest.objects.filter(
-                    tenant=tenant, state=RequestState.PENDING, expires_at__gt=timezone.now()
-                ),
-                # The queue's own query: the open-queue partial index covers it.
-                "oncall": open_queue([tenant.pk], states=QUEUE_STATES),
-            }
+        def build(tenant_id, now):
+            return counts.counts_sql(
+                [
+                    ApprovalRequest.objects.filter(
+                        tenant_id=tenant_id, state=RequestState.PENDING, expires_at__gt=now
+                    ),
+                    # The queue's own query: the open-queue partial index covers it.
+                    open_queue([tenant_id], states=QUEUE_STATES),
+                ]
+            )
+
+        # Compiled once (`core.compiled`): every page and every poll of every page asks.
+        found, values = compiled.statement(
+            ("nav-counts", counts.COUNT_CAP),
+            build,
+            tenant_id=self.scope.tenant.pk,
+            now=timezone.now(),
         )
-        return counts["approvals"], counts["oncall"]
+        (row,) = found.fetch(values)
+        capped = counts.capped(["approvals", "oncall"], row)
+        return capped["approvals"], capped["oncall"]
 
     @property
     def approvals(self) -> int:
@@ -61,7 +75,9 @@ class NavCounts:
 
     @property
     def oncall(self) -> int:
-        return self._counts[1] if self.scope and self.scope.is_oncall else 0
+        if not (self.scope and self.scope.is_oncall):
+            return 0
+        return self._counts[1] if self.known_oncall is None else self.known_oncall
 
     @cached_property
     def force(self) -> int:

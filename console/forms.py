@@ -27,6 +27,28 @@ class ListSelect(forms.Select):
     groups."""
 
     def render(self, name, value, attrs=None, renderer=None):
+        # The markup is a function of these alone, and the queue asks for the same four
+        # selects on every view: kept per process (bounded), built on the first ask.
+        try:
+            key = (
+                type(self),
+                name,
+                tuple(value) if isinstance(value, list | tuple) else value,
+                tuple(self.build_attrs(self.attrs, attrs).items()),
+                tuple(self.choices),
+            )
+            hash(key)
+        except TypeError:  # grouped choices, an unhashable value: not kept
+            return self._render(name, value, attrs)
+        found = _RENDERED.get(key)
+        if found is None:
+            found = self._render(name, value, attrs)
+            if len(_RENDERED) >= 512:
+                _RENDERED.clear()
+            _RENDERED[key] = found
+        return found
+
+    def _render(self, name, value, attrs):
         widget = self.get_context(name, value, attrs)["widget"]
         options = format_html_join(
             "",
@@ -57,6 +79,7 @@ def _attributes(widget) -> str:
 
 
 SELECTED = mark_safe(" selected")
+_RENDERED: dict = {}  # ListSelect's markup by everything it depends on
 
 
 def _reason_field(label="Reason", placeholder=""):

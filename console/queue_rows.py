@@ -25,13 +25,14 @@ from .templatetags.console_format import age_label
 # fetched nor decoded. The joined rows' names come as plain values (NAMES), not as the
 # tool, tenant, principal and claim holder built as model instances, three per row.
 FIELDS = (
+    "pk",
     "state",
     "created_at",
     "updated_at",
     "target",
     "block_reason",
     "reconcile_failures",
-    "claimed_by",
+    "claimed_by_id",
 )
 NAMES = {
     "tool_name": "tool__name",

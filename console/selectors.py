@@ -8,9 +8,11 @@ one tenant and on-call in another gets exactly the rights of each.
 """
 
 import hashlib
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cached_property
+from types import SimpleNamespace
 
 from django.db.models import Count, F, OuterRef, Q, Subquery
 from django.utils import timezone
@@ -18,7 +20,7 @@ from django.utils import timezone
 from approvals.models import Approval, RequestState
 from approvals.selectors import REQUESTS
 from console.templatetags.console_format import compact_json
-from core import pagination
+from core import compiled, pagination
 from core.access import Viewer
 from core.audit import Verb
 from core.errors import ValidationFailed
@@ -45,9 +47,10 @@ from runs.states import (
     Verdict,
 )
 
+from . import counts as counts_module
 from . import queue_rows
 from .action_history import DiffRow
-from .counts import capped_counts, capped_sum
+from .counts import capped, capped_sum, counts_sql
 
 PAGE_SIZE = 50
 
@@ -161,18 +164,12 @@ def queue_page(filters: QueueFilters, cursor=None, *, size=PAGE_SIZE) -> QueuePa
 
     Two queries whatever the page size: the rows (with the tool, tenant, principal and claim
     holder joined, and the latest attempt and reconciliation folded in as subqueries) and
-    the counts.
+    the counts. Both are compiled once per shape of the filters (`core.compiled`): a
+    refresh every two seconds from every open queue builds no queryset.
     """
     now = timezone.now()
-    base = _open_actions(filters, now=now)
-    # The on-call states, and the one filtered on when it is another (awaiting approval).
-    states = {*QUEUE_STATES, filters.state} if filters.state else set(QUEUE_STATES)
-    counts = capped_counts({state: base.filter(state=state) for state in sorted(states)})
-
-    rows_qs = queue_rows_queryset(filters, base, now=now)
-    rows, next_cursor = keyset(rows_qs, cursor, size=size)
-    for action in rows:
-        action.why = queue_reason(action)
+    counts = _queue_counts(filters, now)
+    rows, next_cursor = _queue_rows(filters, cursor, now, size)
     sig = signature(
         [(str(a.pk), a.state, a.claimed_by_id, a.updated_at.isoformat(), a.why) for a in rows],
         sorted(counts.items()),
@@ -189,8 +186,73 @@ def queue_page(filters: QueueFilters, cursor=None, *, size=PAGE_SIZE) -> QueuePa
     )
 
 
+def _filter_values(filters: QueueFilters, now) -> dict:
+    """The filters' values, as `core.compiled` binds them (the rest is the shape)."""
+    values = {"tenant_ids": list(filters.tenant_ids)}
+    if filters.tool_ids is not None:
+        values["tool_ids"] = list(filters.tool_ids)
+    if older := AGES.get(filters.age):
+        values["cutoff"] = now - older
+    return values
+
+
+def _filters_from(filters: QueueFilters, tenant_ids, tool_ids=None, cutoff=None):
+    """`filters` with its values replaced (by `core.compiled`'s markers), and the `now` that
+    gives `cutoff` back as the age filter's bound."""
+    older = AGES.get(filters.age)
+    shaped = QueueFilters(tenant_ids, state=filters.state, tool_ids=tool_ids, age=filters.age)
+    return shaped, (cutoff + older if older else None)
+
+
+def _queue_counts(filters: QueueFilters, now) -> dict:
+    # The on-call states, and the one filtered on when it is another (awaiting approval).
+    states = sorted({*QUEUE_STATES, filters.state} if filters.state else set(QUEUE_STATES))
+
+    def build(**values):
+        shaped, at = _filters_from(filters, **values)
+        base = _open_actions(shaped, now=at)
+        return counts_sql([base.filter(state=state) for state in states])
+
+    key = ("queue-counts", filters.state, filters.age, counts_module.COUNT_CAP)
+    found, values = compiled.statement(key, build, **_filter_values(filters, now))
+    (row,) = found.fetch(values)
+    return capped(states, row)
+
+
+class QueueRow(SimpleNamespace):
+    """One row of the queue as `queue_rows_queryset` selects it (its names as attributes)."""
+
+
+def _queue_rows(filters: QueueFilters, cursor, now, size):
+    """One keyset page of the rows, oldest first, and the next page's cursor. A cursor whose
+    id is not a UUID (another list's) shows the first page, like a malformed one."""
+    values = _filter_values(filters, now)
+    if cursor is not None:
+        try:
+            values["after_at"], values["after_pk"] = cursor[0], uuid.UUID(str(cursor[1]))
+        except ValueError:
+            cursor = None
+
+    def build(after_at=None, after_pk=None, **rest):
+        shaped, at = _filters_from(filters, **rest)
+        qs = queue_rows_queryset(shaped, now=at).order_by("created_at", "pk")
+        after = (after_at, after_pk) if after_at is not None else None
+        return pagination.after(qs, after, newest_first=False)[: size + 1]
+
+    key = ("queue-rows", filters.state, filters.age, size)
+    found, values = compiled.statement(key, build, **values)
+    rows = [QueueRow(**row) for row in found.dicts(values)]
+    more = len(rows) > size
+    rows = rows[:size]
+    for row in rows:
+        row.why = queue_reason(row)
+    last = rows[-1] if more else None
+    return rows, (pagination.encode_cursor(last.created_at, last.pk) if last else None)
+
+
 def queue_rows_queryset(filters: QueueFilters, base=None, *, now=None):
-    """The queue's rows, unordered and unpaged (`keyset` orders them by (created_at, id)).
+    """The queue's rows, unordered and unpaged (`keyset` orders them by (created_at, id)),
+    as `.values()`: the columns the page reads (`queue_rows.FIELDS` and `NAMES`).
 
     Filtered on one state, that state is the statement's only state constant: with the open
     states' IN beside it, PostgreSQL cannot tell the index on (tenant, state, tool,
@@ -201,7 +263,7 @@ def queue_rows_queryset(filters: QueueFilters, base=None, *, now=None):
         qs = base if base is not None else _open_actions(filters, now=now)
     last_attempt = Attempt.objects.filter(action=OuterRef("pk")).order_by("-number")
     last_read = Reconciliation.objects.filter(action=OuterRef("pk")).order_by("-at", "-id")
-    return qs.only(*queue_rows.FIELDS).annotate(
+    return qs.values(*queue_rows.FIELDS).annotate(
         **{name: F(path) for name, path in queue_rows.NAMES.items()},
         last_http_status=Subquery(last_attempt.values("http_status")[:1]),
         last_verdict=Subquery(last_read.values("verdict")[:1]),
@@ -238,10 +300,16 @@ def queue_reason(action) -> str:
 
 def queue_tools(scope: Scope, tenant_ids) -> list[tuple[str, list]]:
     """Tool names in the given tenants, each with its ids (a name can exist per tenant)."""
+
+    def build(tenant_ids):
+        return (
+            Tool.objects.filter(tenant_id__in=tenant_ids).order_by("name").values_list("pk", "name")
+        )
+
+    # Compiled once per number of tenants (`core.compiled`): the queue page asks every time.
+    found, values = compiled.statement("queue-tools", build, tenant_ids=list(tenant_ids))
     names: dict[str, list] = {}
-    for pk, name in (
-        Tool.objects.filter(tenant_id__in=tenant_ids).order_by("name").values_list("pk", "name")
-    ):
+    for pk, name in found.fetch(values):
         names.setdefault(name, []).append(pk)
     return list(names.items())
 
@@ -401,104 +469,6 @@ def force_requests_waiting(scope: Scope):
     for r in rows:
         r.mine = r.requested_by.get("kind") == "operator" and r.requested_by.get("name") == me
     return rows
-
-
-# --- find anything: search and all actions ---------------------------------------------------
-
-SEARCH_LIMIT = 50
-
-
-@dataclass
-class SearchResult:
-    query: str
-    kind: str  # what the query was taken for: "id", "id prefix", "key or target", ""
-    actions: list
-    runs: list
-
-    @property
-    def total(self) -> int:
-        return len(self.actions) + len(self.runs)
-
-    @property
-    def only_link(self) -> str | None:
-        """The deep link when exactly one thing matched."""
-        from django.urls import reverse
-
-        if len(self.actions) + len(self.runs) != 1:
-            return None
-        if self.actions:
-            return reverse("console:action", args=[self.actions[0].pk])
-        return reverse("console:run", args=[self.runs[0].pk])
-
-
-HEX = set("0123456789abcdef")
-
-
-def search(scope: Scope, query: str) -> SearchResult:
-    """One box for an action id, a run id (full, or the 8-character prefix the console
-    shows), an idempotency key (every generation of it) or a target (exact), across the
-    operator's tenants. Each lookup uses an index: the primary keys (a prefix becomes a
-    key range), the ledger's (tenant, key) and action_by_target."""
-    import uuid
-
-    from ledger.models import LedgerEntry
-
-    q = query.strip()
-    tenants = scope.tenant_ids
-    actions = Action.objects.filter(tenant_id__in=tenants).select_related("tool", "tenant")
-    runs = Run.objects.filter(tenant_id__in=tenants).select_related("principal", "tenant")
-    if not q or "\x00" in q:
-        return SearchResult(q, "", [], [])
-    compact = q.lower().replace("-", "")
-    if len(compact) == 32 and set(compact) <= HEX:
-        pk = uuid.UUID(compact)
-        found_actions = list(actions.filter(pk=pk))
-        found_runs = list(runs.filter(pk=pk))
-        if found_actions or found_runs:
-            return SearchResult(q, "id", found_actions, found_runs)
-    elif 4 <= len(compact) < 32 and set(compact) <= HEX and "-" not in q[:8]:
-        low = uuid.UUID(compact.ljust(32, "0"))
-        high = uuid.UUID(compact.ljust(32, "f"))
-        found_actions = list(actions.filter(pk__gte=low, pk__lte=high)[:SEARCH_LIMIT])
-        found_runs = list(runs.filter(pk__gte=low, pk__lte=high)[:SEARCH_LIMIT])
-        if found_actions or found_runs:
-            return SearchResult(q, "id prefix", found_actions, found_runs)
-    by_key = LedgerEntry.objects.filter(tenant_id__in=tenants, key=q).values("action_id")
-    found = actions.filter(Q(pk__in=by_key) | Q(target=q)).order_by("-created_at", "-pk")
-    return SearchResult(q, "key or target", list(found[:SEARCH_LIMIT]), [])
-
-
-@dataclass
-class ActionFilters:
-    tenant_ids: list
-    state: str = ""
-    tool_ids: list | None = None
-    principal: str = ""
-    age: str = ""  # a key of AGES: older than
-
-
-def all_actions(filters: ActionFilters):
-    """Every action, whatever its state, under the filters (newest first via `keyset`)."""
-    qs = Action.objects.filter(tenant_id__in=filters.tenant_ids).select_related(
-        "tool", "principal", "tenant", "run"
-    )
-    if filters.state:
-        qs = qs.filter(state=filters.state)
-    if filters.tool_ids is not None:
-        qs = qs.filter(tool_id__in=filters.tool_ids)
-    if filters.principal:
-        qs = qs.filter(principal__name=filters.principal)
-    if older := AGES.get(filters.age):
-        qs = qs.filter(created_at__lte=timezone.now() - older)
-    return qs
-
-
-def principal_names(tenant_ids) -> list[str]:
-    from core.models import Principal
-
-    return sorted(
-        set(Principal.objects.filter(tenant_id__in=tenant_ids).values_list("name", flat=True))
-    )
 
 
 # --- audit ---------------------------------------------------------------------------------

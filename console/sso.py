@@ -41,6 +41,7 @@ from mozilla_django_oidc.views import (
     OIDCAuthenticationRequestView,
 )
 
+from core.access import operator_by_pk
 from core.audit import Actor, Verb, audit
 from core.models import Membership, Role, Tenant
 from core.services import operator_grant_role, operator_revoke_role
@@ -166,6 +167,9 @@ class SsoBackend(OIDCAuthenticationBackend):
     """mozilla-django-oidc's backend, matching accounts by subject and setting roles from
     groups. A refusal is left on the request for the callback view to explain."""
 
+    def get_user(self, user_id):
+        return operator_by_pk(user_id)  # as the library's, without the ORM's compilation
+
     def verify_claims(self, claims) -> bool:
         return bool(claims.get("sub"))
 
@@ -197,6 +201,11 @@ class SsoBackend(OIDCAuthenticationBackend):
 class PasswordBackend(ModelBackend):
     """Django's password check, off while single sign-on is on, except for the break-glass
     admin (`manage.py break_glass`)."""
+
+    def get_user(self, user_id):
+        # As Django's, without the ORM's compilation (every console request asks).
+        user = operator_by_pk(user_id)
+        return user if user is not None and self.user_can_authenticate(user) else None
 
     def user_can_authenticate(self, user) -> bool:
         if not super().user_can_authenticate(user):

@@ -9,8 +9,9 @@ from django.views.decorators.http import require_POST
 
 from core.errors import DomainError
 
-from . import queue_rows
+from . import finding, queue_rows
 from . import selectors as sel
+from .counts import as_one_count
 from .forms import (
     ActionFilterForm,
     QueueFilterForm,
@@ -75,6 +76,10 @@ def queue(request):
     cursor = sel.parse_cursor(request.GET.get("after"))
     page = sel.queue_page(filters, cursor)
     multi_tenant = len(tenant_ids) > 1
+    if tenant_ids == [scope.tenant.pk] and filters.tool_ids is None and not filters.age:
+        # The navigation's on-call count is this page's total over the on-call states (the
+        # same rows, counted by state): not counted a second time.
+        request.nav_oncall = as_one_count(page.counts[state] for state in sel.QUEUE_STATES)
 
     def rows_html():  # called by the template, so a refresh answered 204 never writes rows
         return queue_rows.html(
@@ -182,7 +187,7 @@ def nav_counts(request):
 def search(request):
     """One box: an action or run id (or its 8-character prefix), an idempotency key, a
     target. Exactly one match goes straight to it; otherwise a list."""
-    result = sel.search(request.scope, request.GET.get("q", "")[:300])
+    result = finding.search(request.scope, request.GET.get("q", "")[:300])
     if result.only_link and not request.GET.get("list"):
         return HttpResponseRedirect(result.only_link)
     return render(request, "console/search.html", {"section": "search", "result": result})
@@ -197,12 +202,12 @@ def _action_filters(request):
         | {"tenant": slug},
         tenants=[m.tenant for m in scope.memberships],
         tools=tools,
-        principals=sel.principal_names(tenant_ids),
+        principals=finding.principal_names(tenant_ids),
         current_slug=scope.tenant.slug,
     )
     form.is_valid()
     data = form.cleaned_data
-    filters = sel.ActionFilters(
+    filters = finding.ActionFilters(
         tenant_ids=tenant_ids,
         state=data.get("state") or "",
         tool_ids=dict(tools).get(data["tool"], []) if data.get("tool") else None,
@@ -216,7 +221,7 @@ def _action_filters(request):
 def actions_list(request):
     form, filters = _action_filters(request)
     page = sel.keyset(
-        sel.all_actions(filters), sel.parse_cursor(request.GET.get("after")), descending=True
+        finding.all_actions(filters), sel.parse_cursor(request.GET.get("after")), descending=True
     )
     return list_page(
         request,
@@ -244,7 +249,7 @@ def conflicts(request):
 @operator_required()
 def actions_csv(request):
     _, filters = _action_filters(request)
-    qs = sel.all_actions(filters).order_by("-created_at", "-pk")
+    qs = finding.all_actions(filters).order_by("-created_at", "-pk")
     header = [
         "created_at",
         "id",

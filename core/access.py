@@ -145,9 +145,7 @@ def console_viewer(user, session) -> Viewer | None:
     """An operator in the console: all their memberships, the current tenant from
     `session["tenant"]` (the key the API's session authentication reads too), falling back
     to the first membership, remembered. None when the user belongs to no tenant."""
-    memberships = list(
-        Membership.objects.filter(user=user).select_related("tenant").order_by("tenant__slug")
-    )
+    memberships = operator_memberships(user.pk)
     if not memberships:
         return None
     slug = session.get("tenant")
@@ -156,6 +154,46 @@ def console_viewer(user, session) -> Viewer | None:
         current = memberships[0]
         session["tenant"] = current.tenant.slug
     return Viewer("operator", current.tenant, user=user, memberships=memberships)
+
+
+# Every console request starts here: one hand-written statement, like the token lookup below
+# (the ORM's select_related query cost ~0.7 ms of Python, its round trip ~0.1 ms).
+MEMBERSHIPS = f"""
+SELECT {columns(Membership, "m")}, {columns(Tenant, "t")}
+FROM core_membership m JOIN core_tenant t ON t.id = m.tenant_id
+WHERE m.user_id = %s
+ORDER BY t.slug
+"""  # noqa: S608 -- built from model metadata only
+
+
+def operator_memberships(user_id) -> list[Membership]:
+    """The operator's memberships, each with its tenant, ordered by the tenant's slug."""
+    with connection.cursor() as cursor:
+        cursor.execute(MEMBERSHIPS, [user_id])
+        rows = cursor.fetchall()
+    n = width(Membership)
+    memberships = []
+    for row in rows:
+        membership = instance(Membership, row[:n])
+        membership.tenant = instance(Tenant, row[n:])
+        memberships.append(membership)
+    return memberships
+
+
+def operator_by_pk(user_id):
+    """The operator (Django's user) with this primary key, or None: what the sign-in
+    backends' `get_user` reads on every console request, as one hand-written statement."""
+    from django.contrib.auth import get_user_model
+
+    model = get_user_model()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {columns(model, 'u')} FROM {model._meta.db_table} u "  # noqa: S608
+            f"WHERE u.{model._meta.pk.column} = %s",
+            [user_id],
+        )
+        row = cursor.fetchone()
+    return instance(model, row) if row is not None else None
 
 
 # Every API request starts here, so it is one hand-written statement: the ORM's compilation

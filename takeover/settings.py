@@ -63,6 +63,8 @@ if HTTPS:
 # page polls, so an open tab would otherwise never expire; and no write per request), and
 # gone when the browser closes.
 SESSION_COOKIE_AGE = int(os.environ.get("SESSION_SECONDS", 8 * 3600))
+# Django's database sessions, read with one hand-written statement (takeover/sessions.py).
+SESSION_ENGINE = "takeover.sessions"
 SESSION_EXPIRE_AT_BROWSER_CLOSE = True
 X_FRAME_OPTIONS = "DENY"
 # A strict Content-Security-Policy: the console and the API docs run no inline script or
