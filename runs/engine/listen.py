@@ -45,7 +45,10 @@ logger = logging.getLogger(__name__)
 NAME_PREFIX = "takeover-work-listener "
 MEMBERS_SECONDS = 2.0  # how often a listener looks for its peers
 PEER_GRACE_SECONDS = 0.5  # how long a peer's key waits before this process looks again
-MEMBERS = "SELECT application_name FROM pg_stat_activity WHERE application_name LIKE %s"
+MEMBERS = (
+    "SELECT application_name FROM pg_stat_activity "
+    "WHERE datname = current_database() AND application_name LIKE %s"
+)
 STILL_QUEUED = "SELECT id::text FROM runs_action WHERE id = ANY(%s::uuid[]) AND state = 'queued'"
 
 
@@ -54,29 +57,32 @@ class Share:
 
     def __init__(self, name: str) -> None:
         self.name = name
+        self.names = [name]  # the listeners found, sorted; this one's place is its index
         self.place, self.members = 0, 1
         self.looked = 0.0
 
     def look(self, conn) -> None:
-        """Find the listeners in `pg_stat_activity` (this session among them)."""
+        """Find the listeners of this database in `pg_stat_activity` (this one among them)."""
         rows = conn.execute(MEMBERS, [NAME_PREFIX + "%"]).fetchall()
         names = sorted(name for (name,) in rows)
-        if self.name in names:
-            self.place, self.members = names.index(self.name), len(names)
-        else:  # not visible to itself (yet): take everything rather than nothing
-            self.place, self.members = 0, 1
+        if self.name not in names:  # not visible to itself (yet): take everything
+            names = [self.name]
+        self.names, self.place, self.members = names, names.index(self.name), len(names)
         self.looked = time.monotonic()
 
     def due(self) -> bool:
         return time.monotonic() - self.looked >= MEMBERS_SECONDS
 
-    def owns(self, action_id: str) -> bool:
-        if self.members == 1:
-            return True
+    def owner(self, action_id: str) -> str:
+        """The name of the listener whose share the key is (this one's, for a key that is
+        not a UUID: the lease will judge it)."""
         try:
-            return uuid.UUID(action_id).int % self.members == self.place
+            return self.names[uuid.UUID(action_id).int % len(self.names)]
         except ValueError:
-            return True  # not a key this code wrote: lease it, the lease will judge
+            return self.name
+
+    def owns(self, action_id: str) -> bool:
+        return self.members == 1 or self.owner(action_id) == self.name
 
 
 class WorkListener:

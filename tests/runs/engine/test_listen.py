@@ -11,6 +11,7 @@ import pytest
 from django.db import transaction
 
 from runs.engine import listen
+from runs.models import Action
 from runs.wakeup import QUEUED, notify_work, queued_note
 
 
@@ -32,12 +33,12 @@ def listener(live_db, monkeypatch):
     assert drained.wait(10)
     assert drains == [False]
     drained.clear()
-    yield drains, drained
+    yield drains, drained, subject
     subject.stop()
 
 
 def test_a_committed_proposal_notification_drains_the_queued_actions_only(listener):
-    drains, drained = listener
+    drains, drained, _ = listener
     with transaction.atomic():
         notify_work(QUEUED)
     assert drained.wait(10)
@@ -45,22 +46,24 @@ def test_a_committed_proposal_notification_drains_the_queued_actions_only(listen
 
 
 def test_a_proposal_that_names_its_action_is_leased_by_its_key(listener):
-    drains, drained = listener
+    drains, drained, subject = listener
+    # A key of its own share (a worker listening on this database takes part too).
+    key = next(k for k in (str(uuid.uuid4()) for _ in range(1000)) if subject.share.owns(k))
     with transaction.atomic():
-        notify_work(queued_note("4b1e7c1e-0000-4000-8000-000000000001"))
+        notify_work(queued_note(key))
     assert drained.wait(10)
-    assert drains[-1] == ["4b1e7c1e-0000-4000-8000-000000000001"]
+    assert drains[-1] == [key]
 
 
 def test_any_other_wake_up_drains_everything(listener):
-    drains, drained = listener
+    drains, drained, _ = listener
     notify_work()  # autocommit: an unknown due, a notification to deliver
     assert drained.wait(10)
     assert drains[-1] is False
 
 
 def test_a_rolled_back_notification_is_never_heard(listener):
-    drains, drained = listener
+    drains, drained, _ = listener
 
     class Rollback(Exception):
         pass
@@ -98,33 +101,39 @@ def _until(condition, seconds=10.0):
 
 def test_each_named_action_is_leased_by_one_listener_only(live_db, monkeypatch):
     """Two listening processes hear every proposal; the key's share decides which one
-    leases it, so a proposal costs one lease, not two."""
+    leases it, so a proposal costs one lease, not two. (A worker listening on this database
+    meanwhile is a member too, and takes its own share.)"""
     subjects, drains = _listeners(2, monkeypatch)
     for subject in subjects:
         subject.start()
     try:
-        _until(lambda: all(s.share.members == 2 for s in subjects))
-        places = sorted(s.share.place for s in subjects)
-        assert places == [0, 1]
+        _until(lambda: subjects[0].share.names == subjects[1].share.names)
+        assert {s.share.name for s in subjects} <= set(subjects[0].share.names)
         keys = [str(uuid.uuid4()) for _ in range(40)]
         for key in keys:
             with transaction.atomic():
                 notify_work(queued_note(key))
+        owner = {k: subjects[0].share.owner(k) for k in keys}
+        ours = {k: i for k in keys for i, s in enumerate(subjects) if owner[k] == s.share.name}
         by_key = lambda: {k: [me for me, only in drains if only and k in only] for k in keys}  # noqa: E731
-        _until(lambda: all(by_key().values()))
+        _until(lambda: all(by_key()[k] for k in ours))
         time.sleep(listen.PEER_GRACE_SECONDS + 0.5)  # none of them is queued: no second look
         leased = by_key()
-        assert all(len(who) == 1 for who in leased.values()), leased
-        # Both took a share (40 random keys split 40/0 with probability 2**-39).
-        assert {who[0] for who in leased.values()} == {0, 1}
+        assert {k: who for k, who in leased.items() if k in ours} == {
+            k: [i] for k, i in ours.items()
+        }
+        assert not any(leased[k] for k in keys if k not in ours)  # another member's
+        # Both took a share (40 random keys all on one side: probability about 2**-39).
+        assert set(ours.values()) == {0, 1}
     finally:
         for subject in subjects:
             subject.stop()
 
 
-def test_a_peers_key_still_queued_after_the_grace_is_leased_here(world, monkeypatch):
+def test_a_peers_key_still_queued_after_the_grace_is_leased(world, monkeypatch):
     """A member that never leases (a worker hung, or the members changing): its keys wait
-    the grace, then the listener that heard them leases those still queued."""
+    the grace, then a listener that heard them leases those still queued (this one, or a
+    worker listening on this database, which runs the same code)."""
     import psycopg
 
     from runs.wakeup import listen_conninfo
@@ -133,18 +142,22 @@ def test_a_peers_key_still_queued_after_the_grace_is_leased_here(world, monkeypa
 
     subjects, drains = _listeners(1, monkeypatch)
     (subject,) = subjects
-    silent = psycopg.connect(listen_conninfo(listen.NAME_PREFIX + "0" * 16), autocommit=True)
+    silent_name = listen.NAME_PREFIX + "0" * 16
+    silent = psycopg.connect(listen_conninfo(silent_name), autocommit=True)
     try:
         subject.start()
-        _until(lambda: subject.share.members == 2)
+        _until(lambda: silent_name in subject.share.names)
         run, tool_ = start_run(world), tool(world)
         actions = [propose(world, run, tool_, f"ticket:{i}", {"status": "x"}) for i in range(12)]
-        # The notifications were sent in the proposals' transactions; the keys are queued.
-        mine = {str(a.pk) for a in actions if subject.share.owns(str(a.pk))}
-        theirs = {str(a.pk) for a in actions} - mine
-        assert mine and theirs  # 12 random keys all on one side: probability 2**-11
-        drained = lambda: {k for _, only in drains if only for k in only}  # noqa: E731
-        _until(lambda: drained() >= mine | theirs, seconds=10)
+        silents = {str(a.pk) for a in actions if subject.share.owner(str(a.pk)) == silent_name}
+        assert silents  # 12 random keys and none the silent member's: about (1/2)**12
+
+        def taken() -> set:
+            drained = {k for _, only in drains if only for k in only}
+            moved = Action.objects.filter(pk__in=silents).exclude(state="queued")
+            return drained | {str(pk) for pk in moved.values_list("pk", flat=True)}
+
+        _until(lambda: taken() >= silents, seconds=10)
     finally:
         subject.stop()
         silent.close()
