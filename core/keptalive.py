@@ -136,7 +136,6 @@ def request(
     pool = _pool.get()
     conn = pool.take(origin) or _connect(pool, scheme, host, port, timeout)
     conn.sock.settimeout(timeout)
-    conn.timeout = timeout
     try:
         conn.putrequest(
             method, url.raw_path.decode("ascii"), skip_host=True, skip_accept_encoding=True
@@ -146,6 +145,10 @@ def request(
         for name, value in headers.items():
             conn.putheader(name, value)
         conn.putheader("Content-Length", str(len(content or b"")))
+    except ValueError as exc:  # a header http.client refuses to write (CR, LF, not Latin-1)
+        conn.close()
+        raise httpx.LocalProtocolError(f"not sent: {exc}") from exc
+    try:
         conn.endheaders(content)
     except TimeoutError as exc:
         conn.close()

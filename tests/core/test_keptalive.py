@@ -136,3 +136,17 @@ def test_a_tool_that_drops_the_connection_without_answering_is_maybe_sent():
             call(f"http://127.0.0.1:{listener.getsockname()[1]}/mcp")
     finally:
         listener.close()
+
+
+def test_a_header_http_cannot_carry_is_an_httpx_error_and_nothing_is_sent(tool):
+    handler, base = tool
+    with pytest.raises(httpx.LocalProtocolError):
+        egress.tool_request(
+            "POST",
+            httpx.URL(f"{base}/mcp"),
+            headers={"Mcp-Name": "a\r\nX-Injected: 1"},
+            content=b"{}",
+            timeout=5,
+            reuse=True,
+        )
+    assert handler.seen == []
