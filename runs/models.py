@@ -138,6 +138,7 @@ class Action(models.Model):
         blank=True,
         on_delete=models.SET_NULL,
         related_name="claimed_actions",
+        db_index=False,  # action_claimed_by, of the claimed rows only
     )
     claimed_at = models.DateTimeField(null=True, blank=True)
     # The id of the request that proposed it: the worker that dispatches it logs and audits
@@ -157,7 +158,12 @@ class Action(models.Model):
     acknowledge_note = models.TextField(blank=True, default="")
     # The read of the authoritative state an operator's resolve was decided on.
     resolved_on_read = models.ForeignKey(
-        "Reconciliation", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+        "Reconciliation",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        db_index=False,  # action_resolved_on_read, of the resolved rows only
     )
 
     class Meta:
@@ -231,6 +237,19 @@ class Action(models.Model):
             # would prefer it to action_open_queue for the queue; All actions sorts a
             # tenant's rows found through the tenant_id index instead.)
             models.Index(fields=["tenant", "target"], name="action_by_target"),
+            # The rows that point at a user or a read, for deleting either: a few among
+            # millions, so only those are indexed (every other row's three versions per
+            # effect write no entry here).
+            models.Index(
+                fields=["claimed_by"],
+                condition=Q(claimed_by__isnull=False),
+                name="action_claimed_by",
+            ),
+            models.Index(
+                fields=["resolved_on_read"],
+                condition=Q(resolved_on_read__isnull=False),
+                name="action_resolved_on_read",
+            ),
         ]
 
     def __str__(self):

@@ -131,6 +131,7 @@ def _action_propose(
     reason: str = "",
     actor: Actor,
     known=None,
+    action_id=None,
 ) -> tuple[Action, bool, bool]:
     """Record a proposed side effect under its idempotency key.
 
@@ -142,7 +143,8 @@ def _action_propose(
     IdempotencyConflict and creates nothing. `known` is what `selectors.propose_lookup`
     already read for this key (the API passes it, so that a hit costs one read); without
     it the live entry is read here. (A read that its caller dispatches itself, the MCP
-    gateway's pass-through, is `read_claimed`.)
+    gateway's pass-through, is `read_claimed`.) `action_id`: the new action's id, chosen by
+    the caller (one that waits for it listens before it exists); a new one by default.
     """
     if run.status != RunStatus.RUNNING:
         raise RunNotRunning(f"This run is {run.status}; only a running run may propose.")
@@ -161,7 +163,7 @@ def _action_propose(
         queued = approval_id is None and not tool.requires_approval
         write = _propose_queued if queued else _create_action
     action = write(
-        uuid.uuid4(),
+        action_id or uuid.uuid4(),
         run=run,
         key=idempotency_key,
         fingerprint=intent_fp,

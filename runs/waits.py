@@ -68,7 +68,7 @@ class Waiters:
         with self.lock:
             if (
                 self.total >= settings.WAIT_MAX_PER_PROCESS
-                or self.per_principal[principal_key] >= settings.WAIT_MAX_PER_PRINCIPAL
+                or self.per_principal.get(principal_key, 0) >= settings.WAIT_MAX_PER_PRINCIPAL
             ):
                 raise WaitRefused()
             self.total += 1
@@ -112,7 +112,7 @@ class Waiters:
         return listener
 
     def _listen(self, ready: threading.Event) -> None:
-        def connected() -> None:
+        def connected(conn=None) -> None:
             ready.set()
             self.wake_all()  # whatever settled while we were away: re-read
 

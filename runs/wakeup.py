@@ -60,37 +60,52 @@ def notify_work(kind: str = "") -> None:
         cursor.execute("SELECT pg_notify(%s, %s)", [WORK_CHANNEL, kind])
 
 
-def listen_conninfo() -> str:
+def listen_conninfo(application_name: str = "") -> str:
     """A session-level connection for LISTEN: DATABASE_LISTEN_URL, or the database's own."""
     import os
 
-    if url := os.environ.get("DATABASE_LISTEN_URL"):
-        return url
     from psycopg.conninfo import make_conninfo
 
+    named = {"application_name": application_name} if application_name else {}
+    if url := os.environ.get("DATABASE_LISTEN_URL"):
+        return make_conninfo(url, **named)
     params = connection.get_connection_params()
     keep = {"dbname", "user", "password", "host", "port", "sslmode", "sslrootcert"}
-    return make_conninfo(**{k: v for k, v in params.items() if k in keep and v})
+    return make_conninfo(**{k: v for k, v in params.items() if k in keep and v}, **named)
 
 
-def listen(channel: str, stopping, *, heard, connected, what: str, lost=None) -> None:
+def listen(
+    channel: str,
+    stopping,
+    *,
+    heard,
+    connected,
+    what: str,
+    lost=None,
+    tick=None,
+    application_name: str = "",
+) -> None:
     """LISTEN on `channel` until `stopping` is set, on a connection of its own that is
     opened again whenever it is lost (a listener must outlive database restarts):
-    `connected()` each time LISTEN is in place (what was sent before was not heard),
-    `heard(payload)` for each notification, `lost()` when the connection is."""
+    `connected(conn)` each time LISTEN is in place (what was sent before was not heard),
+    `heard(payload)` for each notification, `tick(conn)` at least once a second between
+    them, `lost()` when the connection is. `application_name` names the session, so that
+    peers can find it in `pg_stat_activity`."""
     import psycopg
 
     backoff = 0.5
     while not stopping.is_set():
         try:
-            with psycopg.connect(listen_conninfo(), autocommit=True) as conn:
+            with psycopg.connect(listen_conninfo(application_name), autocommit=True) as conn:
                 conn.execute(f"LISTEN {channel}")
-                connected()
+                connected(conn)
                 backoff = 0.5
                 while not stopping.is_set():
                     # A short timeout only so that `stop()` is heard within a second.
-                    for note in conn.notifies(timeout=1.0):
+                    for note in conn.notifies(timeout=1.0 if tick is None else 0.25):
                         heard(note.payload)
+                    if tick is not None:
+                        tick(conn)
         except Exception:
             if stopping.is_set():
                 break

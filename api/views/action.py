@@ -2,6 +2,7 @@
 decisions on it, the queue and the idempotency conflicts, and bulk decisions."""
 
 import time
+import uuid
 
 from django.conf import settings
 from django.http import Http404
@@ -97,35 +98,46 @@ def propose(request, pk):
         )
     if key is None and found.tool.effect != "read_only":  # re-declared since the peek above
         raise IdempotencyKeyMissing()
-    action, created, changed = action_propose(
-        run=found.run,
-        tool=found.tool,
-        target=fields["target"],
-        desired_state=fields["desired_state"],
-        expected_version=fields["expected_version"],
-        idempotency_key=key,
-        approval_id=fields["approval_id"],
-        reason=(fields.get("reason") or "").strip(),
-        actor=request.user.actor,
-        known=found,
-    )
-    if created:
-        resource = presenters.action_resource(
-            action,
-            tenant=principal.tenant.slug,
-            principal=principal.name,
-            tool=found.tool.name,
-            claimed_by=None,
-            attempts=[],
-            reconciliations=[],
+    early = Early.listen(request, seconds)
+    try:
+        action, created, changed = action_propose(
+            run=found.run,
+            tool=found.tool,
+            target=fields["target"],
+            desired_state=fields["desired_state"],
+            expected_version=fields["expected_version"],
+            idempotency_key=key,
+            approval_id=fields["approval_id"],
+            reason=(fields.get("reason") or "").strip(),
+            actor=request.user.actor,
+            known=found,
+            action_id=early and early.action_id,
         )
-    elif found.action is not None and action.pk == found.action.pk:
-        resource = found.resource
-    else:  # lost a race for a new key: the winner's action, read now
-        action, resource = selectors.action_view(action.pk)
-    if seconds and resource["state"] in IN_PROGRESS:
-        # Propose and await the outcome in one request: the same wait as GET ?wait=.
-        resource = dict(wait_for_settle(request, action.pk, seconds, (action, resource))[1])
+        if created:
+            resource = presenters.action_resource(
+                action,
+                tenant=principal.tenant.slug,
+                principal=principal.name,
+                tool=found.tool.name,
+                claimed_by=None,
+                attempts=[],
+                reconciliations=[],
+            )
+        elif found.action is not None and action.pk == found.action.pk:
+            resource = found.resource
+        else:  # lost a race for a new key: the winner's action, read now
+            action, resource = selectors.action_view(action.pk)
+        if seconds and resource["state"] in IN_PROGRESS:
+            # Propose and await the outcome in one request: the same wait as GET ?wait=.
+            # (A ledger hit's action was there before this request listened.)
+            ours = early if early and action.pk == early.action_id else None
+            if early and not ours:
+                early.close()  # its slot, before the wait takes one of its own
+            known = (action, resource)
+            resource = dict(wait_for_settle(request, action.pk, seconds, known, early=ours)[1])
+    finally:
+        if early:
+            early.close()
     resource["replayed"], resource["content_changed"] = not created, changed
     return waited(request, Response(resource, status=201 if created else 200))
 
@@ -151,26 +163,55 @@ def waited(request, response):
     return response
 
 
-def wait_for_settle(request, pk, seconds: float, known=None):
+class Early:
+    """A proposal that will wait listens for its action before the action exists: under
+    an id of its own choosing, registered before the proposal commits, so no settle can
+    come unheard and no read is needed to check for one (`wait_for_settle`)."""
+
+    def __init__(self, key) -> None:
+        self.action_id, self.key = uuid.uuid4(), key
+        self.event = waiters.register(self.action_id, key)
+
+    @classmethod
+    def listen(cls, request, seconds: float) -> "Early | None":
+        if not seconds:
+            return None
+        try:
+            return cls(_wait_key(request.user))
+        except WaitRefused:
+            return None  # `wait_for_settle` is refused in turn, and says so
+
+    def close(self) -> None:
+        if self.event is not None:
+            waiters.unregister(self.action_id, self.key, self.event)
+            self.event = None
+
+
+def _wait_key(caller):
+    return ("principal", caller.principal.pk) if caller.is_principal else ("user", caller.user.pk)
+
+
+def wait_for_settle(request, pk, seconds: float, known=None, early: Early | None = None):
     """The action, held until it leaves the in-progress states or `seconds` pass.
 
     No poll loop: the request sleeps on an event that the process's LISTEN thread sets when
     the action's settling transaction commits (`runs.waits`). It listens before its first
     read, so a settle in between is seen. `known` is a view this request has just read (a
     proposal's answer): then that first read is of the state alone, and the whole view is
-    read again only if the state moved. Over the per-principal or per-process cap it
-    answers at once with the current state."""
+    read again only if the state moved; `early`, registered before the action was written,
+    makes that first read needless (its caller closes it). Over the per-principal or
+    per-process cap it answers at once with the current state."""
     caller = request.user
-    key = ("principal", caller.principal.pk) if caller.is_principal else ("user", caller.user.pk)
+    key = _wait_key(caller)
     try:
-        event = waiters.register(pk, key)
+        event = early.event if early else waiters.register(pk, key)
     except WaitRefused:
         view = known or action_view_for(caller, pk)
         request.wait_refused = view[0].state in IN_PROGRESS
         return view
     try:
         deadline = time.monotonic() + seconds
-        if known is not None and selectors.action_state(pk) == known[0].state:
+        if early or (known is not None and selectors.action_state(pk) == known[0].state):
             view = known
         else:
             view = action_view_for(caller, pk)
@@ -181,7 +222,8 @@ def wait_for_settle(request, pk, seconds: float, known=None):
             event.clear()
             view = action_view_for(caller, pk)
     finally:
-        waiters.unregister(pk, key, event)
+        if not early:
+            waiters.unregister(pk, key, event)
     return view
 
 

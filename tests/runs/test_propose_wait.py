@@ -64,3 +64,18 @@ def test_over_the_cap_of_waits_the_proposal_answers_at_once_with_retry_after(wor
     assert response.status_code == 201
     assert response.json()["state"] == "queued"
     assert response["Retry-After"] == "1"
+
+
+@pytest.mark.worker
+def test_every_proposal_that_waits_gives_its_wait_back(w):
+    """A proposal listens for its action before writing it; whatever the proposal turns out
+    to be (new and settled, a ledger hit, held for an approval, an unknown tool), the slot
+    it took under the caps is given back, so the caps never fill up with the departed."""
+    from runs.waits import waiters
+
+    run, k, t = w.start_run(), key(), target()
+    assert _propose(w, run["id"], k, t, 10).json()["state"] == "succeeded"
+    assert _propose(w, run["id"], k, t, 10).status_code == 200  # a hit
+    assert _propose(w, run["id"], key(), target(), 10, tool="close_ticket").status_code == 201
+    assert _propose(w, run["id"], key(), target(), 10, tool="no_such_tool").status_code == 400
+    assert (waiters.total, dict(waiters.per_principal), dict(waiters.events)) == (0, {}, {})
