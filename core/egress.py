@@ -46,7 +46,7 @@ import ipaddress
 import logging
 import socket
 from dataclasses import dataclass
-from functools import lru_cache, partial
+from functools import lru_cache
 from urllib.parse import urlsplit
 
 import httpcore
@@ -54,6 +54,7 @@ import httpx
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from . import keptalive
 from .errors import ValidationFailed
 from .perprocess import PerProcess
 
@@ -264,6 +265,24 @@ def _resolve(host: str, port: int) -> list[Address]:
 # --- connect time ------------------------------------------------------------------------
 
 
+def allowed_addresses(host: str, port: int) -> list[str]:
+    """The addresses `host` resolves to now that the policy allows, to connect to by address
+    (so the address checked is the address used); EgressRefused in words otherwise."""
+    rules = allowlist()
+    literal = _literal(host)
+    try:
+        addresses = [literal] if literal is not None else _resolve(host, port)
+    except EgressRefused as exc:
+        raise EgressRefused(f"{host}: {exc}") from exc
+    allowed = [str(_unmapped(ip)) for ip in addresses if rules.address_allowed(ip, host=host)]
+    if not allowed:
+        raise EgressRefused(
+            f"egress refused: {host} ({', '.join(map(str, addresses))}) is not allowed by "
+            "TOOL_URL_ALLOWLIST"
+        )
+    return allowed
+
+
 class EgressBackend(httpcore.NetworkBackend):
     """httpcore's network backend, with the policy applied to the resolved address.
 
@@ -278,23 +297,15 @@ class EgressBackend(httpcore.NetworkBackend):
         self._inner = inner or httpcore.SyncBackend()
 
     def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
-        rules = allowlist()
-        literal = _literal(host)
         try:
-            addresses = [literal] if literal is not None else _resolve(host, port)
+            allowed = allowed_addresses(host, port)
         except EgressRefused as exc:
-            raise httpcore.ConnectError(f"{host}: {exc}") from exc
-        allowed = [ip for ip in addresses if rules.address_allowed(ip, host=host)]
-        if not allowed:
-            raise httpcore.ConnectError(
-                f"egress refused: {host} ({', '.join(map(str, addresses))}) is not allowed by "
-                "TOOL_URL_ALLOWLIST"
-            )
+            raise httpcore.ConnectError(str(exc)) from exc
         last: Exception | None = None
         for ip in allowed:
             try:
                 return self._inner.connect_tcp(
-                    str(_unmapped(ip)),
+                    ip,
                     port,
                     timeout=timeout,
                     local_address=local_address,
@@ -330,25 +341,16 @@ def egress_transport(limits: httpx.Limits | None = None) -> httpx.HTTPTransport:
     return transport
 
 
-def _tool_transport(reuse: bool) -> httpx.HTTPTransport:
-    limits = (
-        httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=1)
-        if reuse
-        else httpx.Limits(max_connections=None, max_keepalive_connections=0)
-    )
-    return egress_transport(limits)
+_tool_transport = PerProcess(egress_transport)
 
 
-_tool_transports = {reuse: PerProcess(partial(_tool_transport, reuse)) for reuse in (False, True)}
-
-
-def tool_transport(*, reuse: bool = False) -> httpx.HTTPTransport:
-    """The engine's transport to tools, one of each kind per process (`egress_transport`;
-    building one costs 10-50 ms of CPU for its TLS context): no keep-alive, so that every
-    attempt opens a fresh connection and a connect error still proves "never sent", unless
-    `reuse`: only for a call with no side effect, which a stale kept-alive connection could
-    at worst make unknown (one second idle at most: most servers keep one longer)."""
-    return _tool_transports[reuse].get()
+def tool_transport() -> httpx.HTTPTransport:
+    """The engine's transport to tools, one per process (`egress_transport`; building one
+    costs 10-50 ms of CPU for its TLS context): no keep-alive, so that every attempt opens a
+    fresh connection and a connect error still proves "never sent". A call with no side
+    effect may reuse a connection instead (`tool_request(reuse=True)`, core/keptalive.py):
+    a stale kept-alive connection could at worst make it unknown."""
+    return _tool_transport.get()
 
 
 USER_AGENT = f"python-httpx/{httpx.__version__}"
@@ -363,27 +365,32 @@ def tool_request(
     timeout: float,
     reuse: bool = False,
 ) -> httpx.Response:
-    """One request straight to `tool_transport`, its answer read whole and the connection
-    released (httpx errors propagate: the caller classifies them).
+    """One request straight to `tool_transport` (a fresh connection), or with `reuse` (a
+    call with no side effect) on a kept-alive one (core/keptalive.py); its answer read whole
+    and the connection released (httpx errors propagate: the caller classifies them).
 
     Without httpx's Client, which would only add its request building and its redirect,
     auth, cookie and proxy machinery, none of which applies to a tool call (measured: a
     third of the call's CPU; its log line is written here, the same): a transport follows
     no redirect, keeps no cookie and knows no proxy, so no redirect, cookie or proxy from
     the environment can reach a tool this way either."""
-    request = httpx.Request(
-        method,
-        url,
-        content=content,
-        headers={"User-Agent": USER_AGENT, **headers},
-        extensions={"timeout": httpx.Timeout(timeout).as_dict()},
-    )
-    response = tool_transport(reuse=reuse).handle_request(request)
-    response.request = request
-    try:
-        response.read()
-    finally:
-        response.close()
+    if reuse:
+        headers = {"User-Agent": USER_AGENT, **headers}
+        response = keptalive.request(method, url, headers=headers, content=content, timeout=timeout)
+    else:
+        request = httpx.Request(
+            method,
+            url,
+            content=content,
+            headers={"User-Agent": USER_AGENT, **headers},
+            extensions={"timeout": httpx.Timeout(timeout).as_dict()},
+        )
+        response = tool_transport().handle_request(request)
+        response.request = request
+        try:
+            response.read()
+        finally:
+            response.close()
     if http_log.isEnabledFor(logging.INFO):
         http_log.info(
             'HTTP Request: %s %s "%s %d %s"',

@@ -1,0 +1,152 @@
+"""Kept-alive connections for calls with no side effect (`tool_request(reuse=True)`,
+core/keptalive.py), against a real HTTP/1.1 server on localhost: reused while fresh, never
+once the tool closed it or it idled past its second, and every new connection checked by
+the egress policy."""
+
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+
+from core import egress, keptalive
+
+
+class Tool(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keeps the connection open unless told otherwise
+    seen: list  # (client port, path, headers) per request
+    close_after = False  # close the connection after answering, without saying so
+
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length", "0"))
+        body = self.rfile.read(length)
+        self.seen.append((self.client_address[1], self.path, dict(self.headers), body))
+        answer = b'{"ok": true}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+        if self.close_after:
+            self.close_connection = True
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def tool():
+    handler = type("T", (Tool,), {"seen": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield handler, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def call(url: str, body: bytes = b"{}") -> httpx.Response:
+    return egress.tool_request(
+        "POST",
+        httpx.URL(url),
+        headers={"Content-Type": "application/json", "Mcp-Name": "search"},
+        content=body,
+        timeout=5,
+        reuse=True,
+    )
+
+
+def test_a_call_with_no_side_effect_reuses_its_connection(tool):
+    handler, base = tool
+    first, second = call(f"{base}/mcp", b'{"n":1}'), call(f"{base}/mcp", b'{"n":2}')
+    assert (first.status_code, first.json()) == (200, {"ok": True})
+    assert second.headers["content-type"] == "application/json"
+    assert first.http_version == "HTTP/1.1" and first.reason_phrase == "OK"
+    (port1, path, headers, body1), (port2, _, _, body2) = handler.seen
+    assert port1 == port2  # one connection
+    assert (path, body1, body2) == ("/mcp", b'{"n":1}', b'{"n":2}')
+    assert headers["Host"] == base.removeprefix("http://")
+    assert headers["Mcp-Name"] == "search" and headers["User-Agent"].startswith("python-httpx/")
+
+
+def test_a_connection_the_tool_closed_is_never_reused(tool):
+    handler, base = tool
+    handler.close_after = True
+    assert call(f"{base}/mcp").status_code == 200
+    assert call(f"{base}/mcp").status_code == 200  # not a failed send on the dead one
+    assert handler.seen[0][0] != handler.seen[1][0]
+
+
+def test_a_connection_idle_past_its_second_is_not_reused(tool, monkeypatch):
+    handler, base = tool
+    monkeypatch.setattr(keptalive, "IDLE_SECONDS", 0)
+    call(f"{base}/mcp")
+    call(f"{base}/mcp")
+    assert handler.seen[0][0] != handler.seen[1][0]
+
+
+def test_a_new_connection_is_checked_against_the_policy(tool, monkeypatch, settings):
+    """DNS rebinding on the kept-alive path: a listed name that now resolves inward is
+    refused before anything is sent (a connect error: provably not sent)."""
+    handler, base = tool
+    port = int(base.rsplit(":", 1)[1])
+    settings.TOOL_URL_ALLOWLIST = "rebind.test"
+    real = socket.getaddrinfo
+    answer = {"rebind.test": "169.254.169.254"}
+
+    def resolver(host, *args, **kwargs):
+        if host in answer:
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (answer[host], port))]
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolver)
+    with pytest.raises(httpx.ConnectError, match="egress refused"):
+        call(f"http://rebind.test:{port}/mcp")
+    settings.TOOL_URL_ALLOWLIST = "127.0.0.1/32"
+    with pytest.raises(httpx.ConnectError, match="egress refused"):
+        call(f"http://rebind.test:{port}/mcp")
+    assert handler.seen == []
+    answer["rebind.test"] = "127.0.0.1"
+    assert call(f"http://rebind.test:{port}/mcp").status_code == 200
+
+
+def test_a_refused_connection_is_a_connect_error():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        free = probe.getsockname()[1]
+    with pytest.raises(httpx.ConnectError):
+        call(f"http://127.0.0.1:{free}/mcp")
+
+
+def test_a_tool_that_drops_the_connection_without_answering_is_maybe_sent():
+    """Sent, then the connection ends with no answer: a protocol error ("maybe sent"),
+    never a connect error."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+
+    def drop():
+        conn, _ = listener.accept()
+        conn.recv(65536)
+        conn.close()
+
+    threading.Thread(target=drop, daemon=True).start()
+    try:
+        with pytest.raises(httpx.RemoteProtocolError):
+            call(f"http://127.0.0.1:{listener.getsockname()[1]}/mcp")
+    finally:
+        listener.close()
+
+
+def test_a_header_http_cannot_carry_is_an_httpx_error_and_nothing_is_sent(tool):
+    handler, base = tool
+    with pytest.raises(httpx.LocalProtocolError):
+        egress.tool_request(
+            "POST",
+            httpx.URL(f"{base}/mcp"),
+            headers={"Mcp-Name": "a\r\nX-Injected: 1"},
+            content=b"{}",
+            timeout=5,
+            reuse=True,
+        )
+    assert handler.seen == []
