@@ -283,6 +283,14 @@ def allowed_addresses(host: str, port: int) -> list[str]:
     return allowed
 
 
+def _connectable(host: str, port: int) -> list[str]:
+    """`allowed_addresses`, a refusal as httpx's connect error (provably not sent)."""
+    try:
+        return allowed_addresses(host, port)
+    except EgressRefused as exc:
+        raise httpx.ConnectError(str(exc)) from exc
+
+
 class EgressBackend(httpcore.NetworkBackend):
     """httpcore's network backend, with the policy applied to the resolved address.
 
@@ -376,7 +384,9 @@ def tool_request(
     the environment can reach a tool this way either."""
     if reuse:
         headers = {"User-Agent": USER_AGENT, **headers}
-        response = keptalive.request(method, url, headers=headers, content=content, timeout=timeout)
+        response = keptalive.request(
+            method, url, headers=headers, content=content, timeout=timeout, allowed=_connectable
+        )
     else:
         request = httpx.Request(
             method,

@@ -32,7 +32,6 @@ import time
 
 import httpx
 
-from . import egress
 from .perprocess import PerProcess
 
 IDLE_SECONDS = 1.0
@@ -88,12 +87,10 @@ def _readable(sock) -> bool:
         return True
 
 
-def _connect(pool: _Pool, scheme: str, host: str, port: int, timeout: float):
-    """A new connection to an address the policy allows (httpx's connect errors)."""
-    try:
-        addresses = egress.allowed_addresses(host, port)
-    except egress.EgressRefused as exc:
-        raise httpx.ConnectError(str(exc)) from exc
+def _connect(pool: _Pool, scheme: str, host: str, port: int, timeout: float, allowed):
+    """A new connection to an address the policy allows (`allowed(host, port)`, raising
+    httpx's connect errors)."""
+    addresses = allowed(host, port)
     last: Exception | None = None
     for ip in addresses:
         try:
@@ -123,10 +120,18 @@ def _connect(pool: _Pool, scheme: str, host: str, port: int, timeout: float):
 
 
 def request(
-    method: str, url: httpx.URL, *, headers: dict, content: bytes | None, timeout: float
+    method: str,
+    url: httpx.URL,
+    *,
+    headers: dict,
+    content: bytes | None,
+    timeout: float,
+    allowed,
 ) -> httpx.Response:
     """One request on a kept-alive (or new) connection to `url`'s origin; its answer read
-    whole (httpx errors, as `egress.tool_request`)."""
+    whole (httpx errors, as `egress.tool_request`). `allowed(host, port)`: the addresses the
+    egress policy allows, or httpx.ConnectError (the policy lives in core.egress, which
+    calls this)."""
     scheme = url.scheme
     if scheme not in DEFAULT_PORTS:
         raise httpx.UnsupportedProtocol(f"Request URL has an unsupported protocol '{scheme}://'.")
@@ -134,7 +139,7 @@ def request(
     port = url.port or DEFAULT_PORTS[scheme]
     origin = (scheme, host, port)
     pool = _pool.get()
-    conn = pool.take(origin) or _connect(pool, scheme, host, port, timeout)
+    conn = pool.take(origin) or _connect(pool, scheme, host, port, timeout, allowed)
     conn.sock.settimeout(timeout)
     try:
         conn.putrequest(
