@@ -139,7 +139,27 @@ def request(
     port = url.port or DEFAULT_PORTS[scheme]
     origin = (scheme, host, port)
     pool = _pool.get()
-    conn = pool.take(origin) or _connect(pool, scheme, host, port, timeout, allowed)
+    if (kept := pool.take(origin)) is not None:
+        try:
+            return _exchange(pool, origin, kept, method, url, headers, content, timeout, True)
+        except _Stale:
+            pass  # the peer closed it as we sent: a call with no side effect goes again
+    conn = _connect(pool, scheme, host, port, timeout, allowed)
+    return _exchange(pool, origin, conn, method, url, headers, content, timeout, False)
+
+
+class _Stale(Exception):
+    """A kept-alive connection the peer had closed: nothing was answered on it."""
+
+
+# What a connection the peer closed while it sat idle gives when it is written or read.
+PEER_CLOSED = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
+
+
+def _exchange(pool, origin, conn, method, url, headers, content, timeout, kept: bool):
+    """The request on `conn` and its answer, read whole. On a `kept` connection, the peer's
+    close before any answer is `_Stale` (the keep-alive race: it closed an idle connection
+    as we took it); on a new one, as on httpx's transport, it may have been sent."""
     conn.sock.settimeout(timeout)
     try:
         conn.putrequest(
@@ -160,18 +180,22 @@ def request(
         raise httpx.WriteTimeout(str(exc)) from exc
     except OSError as exc:
         conn.close()
+        if kept and isinstance(exc, PEER_CLOSED):
+            raise _Stale from exc
         raise httpx.WriteError(str(exc)) from exc
+    answer = None
     try:
         answer = conn.getresponse()
         body = answer.read()
     except TimeoutError as exc:
         conn.close()
         raise httpx.ReadTimeout(str(exc) or "timed out") from exc
-    except http.client.HTTPException as exc:
+    except (http.client.HTTPException, OSError) as exc:
         conn.close()
-        raise httpx.RemoteProtocolError(f"{type(exc).__name__}: {exc}") from exc
-    except OSError as exc:
-        conn.close()
+        if kept and answer is None and isinstance(exc, PEER_CLOSED):
+            raise _Stale from exc
+        if isinstance(exc, http.client.HTTPException):
+            raise httpx.RemoteProtocolError(f"{type(exc).__name__}: {exc}") from exc
         raise httpx.ReadError(str(exc)) from exc
     if answer.will_close:
         conn.close()

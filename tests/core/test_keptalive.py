@@ -77,6 +77,19 @@ def test_a_connection_the_tool_closed_is_never_reused(tool):
     assert handler.seen[0][0] != handler.seen[1][0]
 
 
+def test_a_connection_closed_as_it_is_taken_is_sent_again_on_a_new_one(tool, monkeypatch):
+    """The keep-alive race: the tool closes an idle connection just as it is taken (its
+    close not seen yet). The call has no side effect, so it goes again on a new connection
+    rather than failing; the dead connection never reached the tool."""
+    handler, base = tool
+    handler.close_after = True
+    assert call(f"{base}/mcp").status_code == 200
+    monkeypatch.setattr(keptalive, "_readable", lambda sock: False)  # the close not seen
+    assert call(f"{base}/mcp").status_code == 200
+    assert len(handler.seen) == 2
+    assert handler.seen[0][0] != handler.seen[1][0]
+
+
 def test_a_connection_idle_past_its_second_is_not_reused(tool, monkeypatch):
     handler, base = tool
     monkeypatch.setattr(keptalive, "IDLE_SECONDS", 0)
