@@ -356,8 +356,8 @@ def tool_transport() -> httpx.HTTPTransport:
     """The engine's transport to tools, one per process (`egress_transport`; building one
     costs 10-50 ms of CPU for its TLS context): no keep-alive, so that every attempt opens a
     fresh connection and a connect error still proves "never sent". A call with no side
-    effect may reuse a connection instead (`tool_request(reuse=True)`, core/keptalive.py):
-    a stale kept-alive connection could at worst make it unknown."""
+    effect may reuse a connection instead (`tool_request(reuse=True)`, core/keptalive.py),
+    and is sent again on a new one when a kept one turns out closed."""
     return _tool_transport.get()
 
 
@@ -382,8 +382,8 @@ def tool_request(
     third of the call's CPU; its log line is written here, the same): a transport follows
     no redirect, keeps no cookie and knows no proxy, so no redirect, cookie or proxy from
     the environment can reach a tool this way either."""
+    headers = {"User-Agent": USER_AGENT, **headers}
     if reuse:
-        headers = {"User-Agent": USER_AGENT, **headers}
         response = keptalive.request(
             method, url, headers=headers, content=content, timeout=timeout, allowed=_connectable
         )
@@ -392,7 +392,7 @@ def tool_request(
             method,
             url,
             content=content,
-            headers={"User-Agent": USER_AGENT, **headers},
+            headers=headers,
             extensions={"timeout": httpx.Timeout(timeout).as_dict()},
         )
         response = tool_transport().handle_request(request)

@@ -241,9 +241,8 @@ LEFT JOIN core_tenant tn ON tn.id = m.tenant_id
 LEASED = [(Action, "a"), (Tool, "t"), (Principal, "pr"), (Tenant, "tn")]
 
 
-# LEASE_QUEUED around each `pick`, written once per pick (a worker leases twice per effect:
-# once for its action, once more when a peer heard of the same action first). The picks are
-# the few statement shapes runs.engine.leases writes.
+# LEASE_QUEUED around each `pick`, written once per pick (every effect leases once). The
+# picks are the few statement shapes runs.engine.leases writes.
 _LEASE_QUEUED_FOR: dict[str, str] = {}
 
 

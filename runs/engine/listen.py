@@ -57,8 +57,7 @@ class Share:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.names = [name]  # the listeners found, sorted; this one's place is its index
-        self.place, self.members = 0, 1
+        self.names = [name]  # the listeners found, sorted (this one among them)
         self.looked = 0.0
 
     def look(self, conn) -> None:
@@ -67,22 +66,23 @@ class Share:
         names = sorted(name for (name,) in rows)
         if self.name not in names:  # not visible to itself (yet): take everything
             names = [self.name]
-        self.names, self.place, self.members = names, names.index(self.name), len(names)
+        self.names = names
         self.looked = time.monotonic()
 
     def due(self) -> bool:
         return time.monotonic() - self.looked >= MEMBERS_SECONDS
 
     def owner(self, action_id: str) -> str:
-        """The name of the listener whose share the key is (this one's, for a key that is
-        not a UUID: the lease will judge it)."""
+        """The name of the listener whose share the key is: the key modulo the number of
+        listeners, as a place in their sorted names (this one's, for a key that is not a
+        UUID: the lease will judge it)."""
         try:
             return self.names[uuid.UUID(action_id).int % len(self.names)]
         except ValueError:
             return self.name
 
     def owns(self, action_id: str) -> bool:
-        return self.members == 1 or self.owner(action_id) == self.name
+        return self.owner(action_id) == self.name
 
 
 class WorkListener:
