@@ -25,7 +25,7 @@ import uuid
 
 import psycopg
 
-from bench.loadgen import children_of, cpu_seconds, in_threads, percentile
+from bench.loadgen import cpu_seconds, in_threads, percentile, server_cpu_seconds
 
 
 def main(argv=None) -> int:
@@ -78,10 +78,8 @@ def main(argv=None) -> int:
             )
 
     def cpu() -> float:
-        pids = [os.getpid()]
-        if opts.postmaster:
-            pids += [opts.postmaster, *children_of(opts.postmaster)]
-        return cpu_seconds(pids)
+        server = server_cpu_seconds(opts.postmaster) if opts.postmaster else 0.0
+        return cpu_seconds([os.getpid()]) + server
 
     def drive(count: int, prefix: str) -> list[float]:
         latencies: list[list[float]] = [[] for _ in range(opts.clients)]

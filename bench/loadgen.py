@@ -296,12 +296,23 @@ class DepthWatch:
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(pids) -> float:
+def cpu_seconds(pids, *, reaped: bool = False) -> float:
+    """The processes' CPU (utime + stime); with `reaped`, also that of the children they
+    have reaped (cutime + cstime): a PostgreSQL backend that exits takes its CPU with it
+    from its own /proc entry, and the postmaster inherits it when it reaps it."""
     total = 0
     for pid in pids:
         if fields := proc_stat(pid):
-            total += int(fields[11]) + int(fields[12])  # utime + stime
+            total += int(fields[11]) + int(fields[12])
+            if reaped:
+                total += int(fields[13]) + int(fields[14])
     return total / TICKS
+
+
+def server_cpu_seconds(postmaster: int) -> float:
+    """A PostgreSQL server's CPU: the postmaster, its live children, and the children it
+    has reaped (a backend that ends meanwhile still counts)."""
+    return cpu_seconds([postmaster], reaped=True) + cpu_seconds(children_of(postmaster))
 
 
 def children_of(parent: int) -> list[int]:

@@ -210,9 +210,7 @@ class Meter:
                 part = {"downstream": "tool (demo downstream)"}.get(groups[pgid], groups[pgid])
                 parts[part] = parts.get(part, 0) + loadgen.cpu_seconds([pid])
         if self.postmaster:
-            parts["postgresql"] = loadgen.cpu_seconds(
-                [self.postmaster, *loadgen.children_of(self.postmaster)]
-            )
+            parts["postgresql"] = loadgen.server_cpu_seconds(self.postmaster)
         return parts
 
     def read(self) -> dict:
