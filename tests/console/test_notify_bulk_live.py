@@ -158,6 +158,9 @@ def test_an_operator_chooses_notifications_by_email(live_db, downstream, new_pag
 
 
 def _wills(page) -> dict:
+    """What the preview on screen says each item will do, once the preview has loaded (a
+    click on Preview or Confirm starts a navigation; it does not wait for its page)."""
+    expect(page.locator("#bulk-items tbody tr").first).to_be_attached()
     return dict(
         page.locator("#bulk-items tbody tr").evaluate_all(
             "rows => rows.map(r => [r.dataset.item, r.dataset.will])"
@@ -166,6 +169,8 @@ def _wills(page) -> dict:
 
 
 def _dids(page) -> dict:
+    """What the result page says each item did, once it has loaded."""
+    expect(page.locator("#bulk-items tbody tr[data-did]").first).to_be_attached()
     return dict(
         page.locator("#bulk-items tbody tr").evaluate_all(
             "rows => rows.map(r => [r.dataset.item, r.dataset.did])"

@@ -139,8 +139,15 @@ def test_a_tool_that_drops_the_connection_without_answering_is_maybe_sent():
     listener.listen(1)
 
     def drop():
+        # Read the whole request (headers and the two-byte body) before closing: a close with
+        # unread bytes is a reset, which the client reports as a read error instead.
         conn, _ = listener.accept()
-        conn.recv(65536)
+        seen = b""
+        while not seen.endswith(b"\r\n\r\n{}"):
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            seen += chunk
         conn.close()
 
     threading.Thread(target=drop, daemon=True).start()
