@@ -48,12 +48,12 @@ def test_a_proposal_waiting_for_an_approval_answers_at_once(w):
 def test_a_bad_wait_is_a_400_naming_it_and_writes_nothing(world, wait):
     world.tool("update_ticket")
     run, k = world.start_run(), key()
-    before = AuditEvent.objects.count()
+    before = AuditEvent.objects.filter(tenant=world.tenant).count()  # other tests write too
     response = _propose(world, run["id"], k, target(), wait)
     assert response.status_code == 400
     assert "wait" in problem(response)["errors"]
     assert not Action.objects.filter(idempotency_key=k).exists()
-    assert AuditEvent.objects.count() == before
+    assert AuditEvent.objects.filter(tenant=world.tenant).count() == before
 
 
 @override_settings(WAIT_MAX_PER_PRINCIPAL=0)
