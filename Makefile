@@ -67,7 +67,7 @@ format: $(STAMP)
 clean:
 	rm -rf $(VENV) $(DEPLOY_VENV) $(TOOLS_VENV) var build *.egg-info
 
-# requirements/dev.txt (make install: embedded PostgreSQL and test tools included) and
+# requirements/dev.txt (make install: embedded PostgreSQL, tracing and test tools included) and
 # requirements/runtime.txt (the Docker runtime image), with hashes, from pyproject.toml's
 # pins. Re-run after changing a dependency there; pip-tools lives in its own .venv-tools.
 TOOLS_VENV := .venv-tools
@@ -78,7 +78,7 @@ lock: export CUSTOM_COMPILE_COMMAND := make lock
 lock:
 	test -x $(TOOLS_VENV)/bin/python || $(PYTHON) -m venv $(TOOLS_VENV)
 	$(TOOLS_VENV)/bin/pip install --quiet pip-tools==7.6.2
-	$(TOOLS_VENV)/bin/pip-compile $(LOCK) --extra embedded --extra dev -o requirements/dev.txt pyproject.toml
+	$(TOOLS_VENV)/bin/pip-compile $(LOCK) --extra embedded --extra dev --extra otel -o requirements/dev.txt pyproject.toml
 	$(TOOLS_VENV)/bin/pip-compile $(LOCK) -o requirements/runtime.txt pyproject.toml
 	$(TOOLS_VENV)/bin/pip-compile $(LOCK) --extra bench -c requirements/dev.txt \
 		-o requirements/bench.txt pyproject.toml

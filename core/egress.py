@@ -14,7 +14,8 @@ port, a cloud metadata service, an internal dashboard). So:
    ranges or single addresses (`10.20.0.0/16`, `192.0.2.7`, `fd00::/8`). Default: loopback
    only (`localhost,127.0.0.0/8,::1`), so a single machine works and nothing else on the
    network is reachable until the deployer says so.
-3. **Connect time** (`egress_transport`, under `egress_client` and `tool_request`): the
+3. **Connect time** (`egress_transport` under `egress_client`; `_connectable` under
+   `tool_request`): the
    address a name *resolves to when we connect* is checked again, and the connection is
    made to that checked address (the TLS name stays the host name). A name that passed at
    registration and later resolves somewhere else (DNS rebinding) is refused. A refusal is
@@ -54,9 +55,8 @@ import httpx
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from . import keptalive
+from . import keptalive, otel
 from .errors import ValidationFailed
-from .perprocess import PerProcess
 
 # The line httpx's Client writes for each request, kept for tool calls made without it, so
 # that a tool call is still logged under its request and action ids where operators look.
@@ -349,18 +349,6 @@ def egress_transport(limits: httpx.Limits | None = None) -> httpx.HTTPTransport:
     return transport
 
 
-_tool_transport = PerProcess(egress_transport)
-
-
-def tool_transport() -> httpx.HTTPTransport:
-    """The engine's transport to tools, one per process (`egress_transport`; building one
-    costs 10-50 ms of CPU for its TLS context): no keep-alive, so that every attempt opens a
-    fresh connection and a connect error still proves "never sent". A call with no side
-    effect may reuse a connection instead (`tool_request(reuse=True)`, core/keptalive.py),
-    and is sent again on a new one when a kept one turns out closed."""
-    return _tool_transport.get()
-
-
 USER_AGENT = f"python-httpx/{httpx.__version__}"
 
 
@@ -373,34 +361,25 @@ def tool_request(
     timeout: float,
     reuse: bool = False,
 ) -> httpx.Response:
-    """One request straight to `tool_transport` (a fresh connection), or with `reuse` (a
-    call with no side effect) on a kept-alive one (core/keptalive.py); its answer read whole
-    and the connection released (httpx errors propagate: the caller classifies them).
-
-    Without httpx's Client, which would only add its request building and its redirect,
-    auth, cookie and proxy machinery, none of which applies to a tool call (measured: a
-    third of the call's CPU; its log line is written here, the same): a transport follows
-    no redirect, keeps no cookie and knows no proxy, so no redirect, cookie or proxy from
-    the environment can reach a tool this way either."""
+    """One request to a tool on the standard library's HTTP/1.1 client (core/keptalive.py:
+    about half the CPU of httpx's transport), its answer read whole (httpx errors
+    propagate: the caller classifies them): on a fresh connection, closed after its answer,
+    or with `reuse` (a call with no side effect) on a kept-alive one. The egress policy is
+    applied at connect time (`_connectable`); a refused or failed connect is
+    `httpx.ConnectError`, provably not sent. No redirect is followed, no cookie kept, no
+    proxy from the environment used."""
     headers = {"User-Agent": USER_AGENT, **headers}
-    if reuse:
+    with otel.tool_call_span(method, url, headers) as answered:
         response = keptalive.request(
-            method, url, headers=headers, content=content, timeout=timeout, allowed=_connectable
-        )
-    else:
-        request = httpx.Request(
             method,
             url,
-            content=content,
             headers=headers,
-            extensions={"timeout": httpx.Timeout(timeout).as_dict()},
+            content=content,
+            timeout=timeout,
+            allowed=_connectable,
+            reuse=reuse,
         )
-        response = tool_transport().handle_request(request)
-        response.request = request
-        try:
-            response.read()
-        finally:
-            response.close()
+        answered(response.status_code)
     if http_log.isEnabledFor(logging.INFO):
         http_log.info(
             'HTTP Request: %s %s "%s %d %s"',

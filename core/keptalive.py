@@ -1,10 +1,12 @@
-"""Kept-alive connections for tool calls with no side effect (`egress.tool_request(reuse=True)`:
-a read-only MCP tool's call, a read or lookup tool's), on the standard library's HTTP/1.1
-client instead of httpx's transport: the same request and answer at about half the CPU
-(profiled: httpcore's pool, its tracing and h11's state machine were a sixth of a read-only
-call through /mcp, against a third of that for `http.client`).
+"""Tool calls (`egress.tool_request`) on the standard library's HTTP/1.1 client instead of
+httpx's transport: the same request and answer at about half the CPU (profiled: httpcore's
+pool, its tracing and h11's state machine were a sixth of a read-only call through /mcp,
+and a sixth of a worker's CPU per effect, against a third of that for `http.client`). A
+call with a side effect goes out on a new connection, closed after its answer; a call with
+none (`reuse=True`: a read-only MCP tool's call, a read or lookup tool's) on a kept-alive
+one.
 
-What a call through here keeps from `egress.tool_request`:
+What a call through here keeps from httpx's transport:
 
 - the egress policy at connect time (`egress.allowed_addresses`: the resolved address is
   checked and connected to; TLS verifies the host name with httpx's own context), and a
@@ -127,11 +129,13 @@ def request(
     content: bytes | None,
     timeout: float,
     allowed,
+    reuse: bool = True,
 ) -> httpx.Response:
     """One request on a kept-alive (or new) connection to `url`'s origin; its answer read
     whole (httpx errors, as `egress.tool_request`). `allowed(host, port)`: the addresses the
     egress policy allows, or httpx.ConnectError (the policy lives in core.egress, which
-    calls this)."""
+    calls this). Without `reuse` (a call with a side effect): a new connection, closed after
+    its one answer, neither taken from the kept ones nor given back."""
     scheme = url.scheme
     if scheme not in DEFAULT_PORTS:
         raise httpx.UnsupportedProtocol(f"Request URL has an unsupported protocol '{scheme}://'.")
@@ -139,13 +143,15 @@ def request(
     port = url.port or DEFAULT_PORTS[scheme]
     origin = (scheme, host, port)
     pool = _pool.get()
-    if (kept := pool.take(origin)) is not None:
+    if reuse and (kept := pool.take(origin)) is not None:
         try:
             return _exchange(pool, origin, kept, method, url, headers, content, timeout, True)
         except _Stale:
             pass  # the peer closed it as we sent: a call with no side effect goes again
     conn = _connect(pool, scheme, host, port, timeout, allowed)
-    return _exchange(pool, origin, conn, method, url, headers, content, timeout, False)
+    return _exchange(
+        pool if reuse else None, origin, conn, method, url, headers, content, timeout, False
+    )
 
 
 class _Stale(Exception):
@@ -157,9 +163,10 @@ PEER_CLOSED = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeE
 
 
 def _exchange(pool, origin, conn, method, url, headers, content, timeout, kept: bool):
-    """The request on `conn` and its answer, read whole. On a `kept` connection, the peer's
-    close before any answer is `_Stale` (the keep-alive race: it closed an idle connection
-    as we took it); on a new one, as on httpx's transport, it may have been sent."""
+    """The request on `conn` and its answer, read whole; the connection is then given back
+    to `pool` (closed when there is none). On a `kept` connection, the peer's close before
+    any answer is `_Stale` (the keep-alive race: it closed an idle connection as we took
+    it); on a new one, as on httpx's transport, it may have been sent."""
     conn.sock.settimeout(timeout)
     try:
         conn.putrequest(
@@ -197,7 +204,7 @@ def _exchange(pool, origin, conn, method, url, headers, content, timeout, kept: 
         if isinstance(exc, http.client.HTTPException):
             raise httpx.RemoteProtocolError(f"{type(exc).__name__}: {exc}") from exc
         raise httpx.ReadError(str(exc)) from exc
-    if answer.will_close:
+    if answer.will_close or pool is None:
         conn.close()
     else:
         pool.give(origin, conn)

@@ -8,7 +8,9 @@ action, so the trace cannot travel in the message: it travels on the action row,
 request id. When tracing is on, the request id *is* the request's trace id (a client's
 X-Request-ID never replaces it; it is kept apart as the audit's `client_request_id`), and
 the worker opens its `takeover.dispatch` (or `takeover.reconcile`) span in that trace; the
-tool call (httpx) is a child span and the tool receives a `traceparent` of the same trace.
+tool call is a child span (`tool_call_span`: tool calls go out on the standard library's
+client, which no instrumentation sees) and the tool receives a `traceparent` of the same
+trace.
 Off, the tool still receives a `traceparent` whose trace id is the request id
 (core/logs.py).
 
@@ -59,7 +61,7 @@ def setup(service_name: str, *, exporter=None) -> bool:
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     trace.set_tracer_provider(provider)
     DjangoInstrumentor().instrument()
-    HTTPXClientInstrumentor().instrument()
+    HTTPXClientInstrumentor().instrument()  # webhooks and the other calls on httpx
     PsycopgInstrumentor().instrument(skip_dep_check=True)
     CeleryInstrumentor().instrument()
     ENABLED = True
@@ -99,3 +101,27 @@ def span_in_request_trace(name: str, request_id: str, **attributes):
     attributes = {k: str(v) for k, v in attributes.items() if v is not None}
     with tracer.start_as_current_span(name, context=parent, attributes=attributes):
         yield
+
+
+@contextlib.contextmanager
+def tool_call_span(method: str, url, headers: dict):
+    """A CLIENT span around one tool call, its `traceparent` put into `headers` (replacing
+    the one core/logs.py set); yields a function that records the answer's status code."""
+    if not ENABLED:
+        yield lambda status: None
+        return
+    from opentelemetry import propagate, trace
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+
+    tracer = trace.get_tracer("takeover")
+    attributes = {"http.request.method": method, "url.full": str(url)}
+    with tracer.start_as_current_span(method, kind=SpanKind.CLIENT, attributes=attributes) as span:
+        headers.pop("traceparent", None)
+        propagate.inject(headers)
+
+        def answered(status: int) -> None:
+            span.set_attribute("http.response.status_code", status)
+            if status >= 500:
+                span.set_status(Status(StatusCode.ERROR))
+
+        yield answered

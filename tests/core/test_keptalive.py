@@ -1,7 +1,8 @@
-"""Kept-alive connections for calls with no side effect (`tool_request(reuse=True)`,
-core/keptalive.py), against a real HTTP/1.1 server on localhost: reused while fresh, never
-once the tool closed it or it idled past its second, and every new connection checked by
-the egress policy."""
+"""Tool calls on the standard library's client (`egress.tool_request`, core/keptalive.py),
+against a real HTTP/1.1 server on localhost: a call with a side effect on a fresh connection
+every time, never kept; calls with no side effect (`reuse=True`) on kept-alive connections,
+reused while fresh, never once the tool closed it or it idled past its second; and every new
+connection checked by the egress policy."""
 
 import socket
 import threading
@@ -67,6 +68,22 @@ def test_a_call_with_no_side_effect_reuses_its_connection(tool):
     assert (path, body1, body2) == ("/mcp", b'{"n":1}', b'{"n":2}')
     assert headers["Host"] == base.removeprefix("http://")
     assert headers["Mcp-Name"] == "search" and headers["User-Agent"].startswith("python-httpx/")
+
+
+def test_a_call_with_a_side_effect_has_a_fresh_connection_every_time(tool):
+    """However willing the tool is to keep a connection open, an effect's attempt never
+    goes out on one that an earlier call used, nor leaves one behind for a later call."""
+    handler, base = tool
+    effect = {"Content-Type": "application/json"}
+    for n in range(3):
+        response = egress.tool_request(
+            "POST", httpx.URL(f"{base}/effects"), headers=effect, content=b"{}", timeout=5
+        )
+        assert response.status_code == 200 and response.json() == {"ok": True}
+    call(f"{base}/mcp")  # a read finds nothing kept by the effects either
+    ports = [seen[0] for seen in handler.seen]
+    assert len(set(ports)) == 4
+    assert [seen[1] for seen in handler.seen] == ["/effects"] * 3 + ["/mcp"]
 
 
 def test_a_connection_the_tool_closed_is_never_reused(tool):

@@ -31,7 +31,9 @@ def main(downstream: str):
     actor = Actor("system", "otel-test")
     tenant = tenant_create(slug=f"otel-{uuid.uuid4().hex[:8]}", actor=actor)
     _principal, token = principal_create(tenant=tenant, name="agent", actor=actor)
-    tool_create(tenant=tenant, name="t", base_url=f"{downstream}/tickets", actor=actor)
+    tool = tool_create(tenant=tenant, name="t", base_url=f"{downstream}/tickets", actor=actor)
+    for secret in tool.signing_secrets():  # as the tool's owner would: it refuses unsigned calls
+        httpx.post(f"{downstream}/_control/secrets", json={"secret": secret}, timeout=10)
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
     run = client.post("/api/v1/runs", {"trigger": "api"}, format="json").json()
