@@ -14,13 +14,14 @@ import django
 django.setup()
 
 import httpx  # noqa: E402
+from django.db import transaction  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
 from rest_framework.test import APIClient  # noqa: E402
 
 from core import otel  # noqa: E402
 from core.audit import Actor  # noqa: E402
 from core.services import principal_create, tenant_create, tool_create  # noqa: E402
-from runs.engine import dispatch  # noqa: E402
+from runs.engine import dispatch, leases  # noqa: E402
 
 
 def main(downstream: str):
@@ -37,19 +38,20 @@ def main(downstream: str):
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
     run = client.post("/api/v1/runs", {"trigger": "api"}, format="json").json()
-    # The suite's shared worker may claim first (it drains every sweep); then try again.
-    for attempt in range(5):
-        key = f"otel-{uuid.uuid4().hex[:8]}"
+    # Proposed and leased in one transaction, so that the suite's shared workers (on the
+    # same database) never see it queued; dispatched here, in this process's trace.
+    key = f"otel-{uuid.uuid4().hex[:8]}"
+    with transaction.atomic():
         response = client.post(
             f"/api/v1/runs/{run['id']}/actions",
-            {"tool": "t", "target": key, "desired_state": {"s": attempt}},
+            {"tool": "t", "target": key, "desired_state": {"s": 1}},
             format="json",
             HTTP_IDEMPOTENCY_KEY=key,
         )
-        if dispatch.action_dispatch(response.json()["id"]) is not None:
-            break
-    else:
-        raise SystemExit("the shared worker claimed every action first")
+        assert response.status_code == 201, response.content
+        leased = leases.action_lease(response.json()["id"])
+    assert leased is not None, "the proposal was not queued"
+    dispatch.dispatch_leased(*leased)
     sent = [
         r
         for r in httpx.get(f"{downstream}/_control/requests", timeout=10).json()["requests"]
