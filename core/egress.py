@@ -15,12 +15,12 @@ port, a cloud metadata service, an internal dashboard). So:
    only (`localhost,127.0.0.0/8,::1`), so a single machine works and nothing else on the
    network is reachable until the deployer says so.
 3. **Connect time** (`egress_transport` under `egress_client`; `_connectable` under
-   `tool_request`): the
-   address a name *resolves to when we connect* is checked again, and the connection is
-   made to that checked address (the TLS name stays the host name). A name that passed at
-   registration and later resolves somewhere else (DNS rebinding) is refused. A refusal is
-   raised as a connect error before a byte is written, so the dispatcher classifies it as
-   "not sent": an action whose tool became disallowed fails `not_sent`.
+   `tool_request`): the address a name *resolves to when we connect* is checked again, and
+   the connection is made to that checked address (the TLS name stays the host name). A
+   name that passed at registration and later resolves somewhere else (DNS rebinding) is
+   refused. A refusal is raised as a connect error before a byte is written, so the
+   dispatcher classifies it as "not sent": an action whose tool became disallowed fails
+   `not_sent`.
 
 The rule for one resolved address of a host:
 - an *inward* address — link-local (169.254.0.0/16, fe80::/10: cloud metadata), loopback
