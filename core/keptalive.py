@@ -129,13 +129,13 @@ def request(
     content: bytes | None,
     timeout: float,
     allowed,
-    reuse: bool = True,
+    reuse: bool,
 ) -> httpx.Response:
     """One request on a kept-alive (or new) connection to `url`'s origin; its answer read
     whole (httpx errors, as `egress.tool_request`). `allowed(host, port)`: the addresses the
     egress policy allows, or httpx.ConnectError (the policy lives in core.egress, which
-    calls this). Without `reuse` (a call with a side effect): a new connection, closed after
-    its one answer, neither taken from the kept ones nor given back."""
+    calls this). `reuse` only for a call with no side effect; without it, a new connection,
+    closed after its one answer, neither taken from the kept ones nor given back."""
     scheme = url.scheme
     if scheme not in DEFAULT_PORTS:
         raise httpx.UnsupportedProtocol(f"Request URL has an unsupported protocol '{scheme}://'.")

@@ -241,31 +241,6 @@ def test_the_connect_time_check_uses_the_resolved_address(downstream, monkeypatc
         assert client.get(url).status_code == 401  # the demo downstream answered (unsigned)
 
 
-@pytest.mark.parametrize("reuse", [False, True], ids=["effect", "no-side-effect"])
-def test_a_tool_call_checks_the_resolved_address_when_it_connects(
-    downstream, monkeypatch, settings, reuse
-):
-    """The same for the engine's tool calls (`tool_request`), an effect's fresh connection
-    and a read's kept-alive one alike: refused as a connect error, provably not sent."""
-    settings.TOOL_URL_ALLOWLIST = "127.0.0.1/32,rebind.test"
-    port = int(downstream.url.rsplit(":", 1)[1])
-    real = socket.getaddrinfo
-    answer = {"rebind.test": "169.254.169.254"}
-
-    def resolver(host, *args, **kwargs):
-        if host in answer:
-            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (answer[host], port))]
-        return real(host, *args, **kwargs)
-
-    monkeypatch.setattr(socket, "getaddrinfo", resolver)
-    url = httpx.URL(f"http://rebind.test:{port}/tickets/state/nope")
-    with pytest.raises(httpx.ConnectError, match="egress"):
-        egress.tool_request("GET", url, headers={}, timeout=2, reuse=reuse)
-    answer["rebind.test"] = "127.0.0.1"
-    response = egress.tool_request("GET", url, headers={}, timeout=2, reuse=reuse)
-    assert response.status_code == 401  # the demo downstream answered (unsigned)
-
-
 def test_the_client_ignores_proxies_and_redirects(downstream, monkeypatch):
     monkeypatch.setenv("HTTP_PROXY", "http://169.254.169.254:80")
     with egress.egress_client(2) as client:

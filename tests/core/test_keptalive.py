@@ -46,14 +46,14 @@ def tool():
     server.server_close()
 
 
-def call(url: str, body: bytes = b"{}") -> httpx.Response:
+def call(url: str, body: bytes = b"{}", reuse: bool = True) -> httpx.Response:
     return egress.tool_request(
         "POST",
         httpx.URL(url),
         headers={"Content-Type": "application/json", "Mcp-Name": "search"},
         content=body,
         timeout=5,
-        reuse=True,
+        reuse=reuse,
     )
 
 
@@ -115,9 +115,11 @@ def test_a_connection_idle_past_its_second_is_not_reused(tool, monkeypatch):
     assert handler.seen[0][0] != handler.seen[1][0]
 
 
-def test_a_new_connection_is_checked_against_the_policy(tool, monkeypatch, settings):
-    """DNS rebinding on the kept-alive path: a listed name that now resolves inward is
-    refused before anything is sent (a connect error: provably not sent)."""
+@pytest.mark.parametrize("reuse", [True, False], ids=["no-side-effect", "effect"])
+def test_a_new_connection_is_checked_against_the_policy(tool, monkeypatch, settings, reuse):
+    """DNS rebinding, on a read's kept-alive path and an effect's fresh connection alike: a
+    listed name that now resolves inward is refused before anything is sent (a connect
+    error: provably not sent)."""
     handler, base = tool
     port = int(base.rsplit(":", 1)[1])
     settings.TOOL_URL_ALLOWLIST = "rebind.test"
@@ -131,13 +133,13 @@ def test_a_new_connection_is_checked_against_the_policy(tool, monkeypatch, setti
 
     monkeypatch.setattr(socket, "getaddrinfo", resolver)
     with pytest.raises(httpx.ConnectError, match="egress refused"):
-        call(f"http://rebind.test:{port}/mcp")
+        call(f"http://rebind.test:{port}/mcp", reuse=reuse)
     settings.TOOL_URL_ALLOWLIST = "127.0.0.1/32"
     with pytest.raises(httpx.ConnectError, match="egress refused"):
-        call(f"http://rebind.test:{port}/mcp")
+        call(f"http://rebind.test:{port}/mcp", reuse=reuse)
     assert handler.seen == []
     answer["rebind.test"] = "127.0.0.1"
-    assert call(f"http://rebind.test:{port}/mcp").status_code == 200
+    assert call(f"http://rebind.test:{port}/mcp", reuse=reuse).status_code == 200
 
 
 def test_a_refused_connection_is_a_connect_error():
