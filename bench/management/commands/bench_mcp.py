@@ -13,8 +13,7 @@ each and what Takeover adds; the aim is p99 added ≤ 15 ms. (bench/mcp.py)
 import os
 import sys
 
-from bench import mcp
-from bench.loadgen import cpu_seconds
+from bench import mcp, phases
 from bench.own_database import InOwnDatabase
 
 from .bench import in_own_database
@@ -41,25 +40,23 @@ class Command(InOwnDatabase):
             args = {"status": "open"}
             n, c = opts["calls"], opts["clients"]
             out(f"-- {c} clients × {n} calls each, read-only search_tickets")
-            web, upstream_pids = stack.procs["web"].pids(), stack.procs["mcp"].pids()
+            postmaster = phases.postmaster_pid()
             # Each side warmed up first (a web process imports its URLs and starts the MCP
             # SDK on its first call): the CPU counted is the steady state's.
             mcp.timed_calls(upstream, None, "search_tickets", args, clients=c, calls=0)
-            cpu0 = cpu_seconds(upstream_pids)
+            meter = phases.Meter(stack, postmaster)
             direct = mcp.summary(
                 mcp.timed_calls(upstream, None, "search_tickets", args, clients=c, calls=n)
             )
-            cpu1 = cpu_seconds(upstream_pids)
+            direct_cpu = meter.read()["cpu"]
             through_url = f"{stack.url}/mcp"
             mcp.timed_calls(through_url, token, "search_tickets", args, clients=c, calls=0)
-            web0 = cpu_seconds(web)
+            meter = phases.Meter(stack, postmaster)
             through = mcp.summary(
                 mcp.timed_calls(through_url, token, "search_tickets", args, clients=c, calls=n)
             )
-            web1 = cpu_seconds(web)
-            calls = n + 10  # the warm-up calls count for CPU
-            upstream_cpu = (cpu1 - cpu0) / (c * calls) * 1000
-            web_cpu = (web1 - web0) / (c * calls) * 1000
+            through_cpu = meter.read()["cpu"]
+            calls = c * (n + 10)  # the warm-up calls count for CPU
         finally:
             stack.stop()
         out("")
@@ -71,8 +68,12 @@ class Command(InOwnDatabase):
         row = f"{added['p50']:>8.1f}{added['p99']:>8.1f}{added['mean']:>8.1f}"
         out(f"  {'added by Takeover':<22}{row}")
         out(f"  aim: p99 added ≤ 15 ms: {'met' if added['p99'] <= 15 else 'NOT met'}")
-        out(
-            f"  CPU per call: the upstream {upstream_cpu:.1f} ms; Takeover's web processes "
-            f"{web_cpu:.1f} ms (its database's share not counted)"
-        )
+        out("  CPU per call, by process (ms; the machine has "
+            f"{os.cpu_count()} CPUs for all of them)")
+        out(f"  {'':<24}{'directly':>10}{'through':>10}")
+        for part in sorted(set(direct_cpu) | set(through_cpu), key=lambda k: k == "all of the above"):
+            if part in ("workers", "beat", "downstream", "tool (demo downstream)"):
+                continue  # idle through this bench
+            a, b = (cpu.get(part, 0) / calls * 1000 for cpu in (direct_cpu, through_cpu))
+            out(f"  {part:<24}{a:>10.2f}{b:>10.2f}")
         out(f"  load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
