@@ -7,7 +7,8 @@ demo MCP server. The server's read-only ``search_tickets`` is called ``--calls``
 another per client: first directly on the demo MCP server, then through Takeover's /mcp,
 where it is registered as an MCP tool and declared ``read_only`` (so the call is recorded
 as an action and passes through in the web request's own thread). Prints p50 and p99 of
-each and what Takeover adds; the aim is p99 added ≤ 15 ms. (bench/mcp.py)
+each and what Takeover adds (the aim: p99 added ≤ 15 ms), and the CPU each call costs every
+process either way: with more clients than CPUs, latency follows it. (bench/mcp.py)
 """
 
 import os
@@ -18,6 +19,8 @@ from bench.own_database import InOwnDatabase
 
 from .bench import in_own_database
 from .soak_mcp import mcp_stack, register
+
+LABELS = {"mcp": "the upstream (demo MCP)", "web": "Takeover's web"}
 
 
 class Command(InOwnDatabase):
@@ -68,12 +71,25 @@ class Command(InOwnDatabase):
         row = f"{added['p50']:>8.1f}{added['p99']:>8.1f}{added['mean']:>8.1f}"
         out(f"  {'added by Takeover':<22}{row}")
         out(f"  aim: p99 added ≤ 15 ms: {'met' if added['p99'] <= 15 else 'NOT met'}")
-        out("  CPU per call, by process (ms; the machine has "
-            f"{os.cpu_count()} CPUs for all of them)")
+        out(
+            "  CPU per call, by process (ms; the machine has "
+            f"{os.cpu_count()} CPUs for all of them)"
+        )
         out(f"  {'':<24}{'directly':>10}{'through':>10}")
-        for part in sorted(set(direct_cpu) | set(through_cpu), key=lambda k: k == "all of the above"):
+        parts = sorted(
+            set(direct_cpu) | set(through_cpu), key=lambda k: (k == "all of the above", k)
+        )
+        for part in parts:
             if part in ("workers", "beat", "downstream", "tool (demo downstream)"):
                 continue  # idle through this bench
             a, b = (cpu.get(part, 0) / calls * 1000 for cpu in (direct_cpu, through_cpu))
-            out(f"  {part:<24}{a:>10.2f}{b:>10.2f}")
+            out(f"  {LABELS.get(part, part):<24}{a:>10.2f}{b:>10.2f}")
+        # Every process shares the CPUs: with more clients than CPUs, each call waits its
+        # turn, and its latency is about clients ÷ CPUs × what one call costs them all.
+        share = c / (os.cpu_count() or 1)
+        a, b = (cpu["all of the above"] / calls * 1000 * share for cpu in (direct_cpu, through_cpu))
+        out(
+            f"  bound by CPU, {c} clients on {os.cpu_count()} CPUs: latency ≈ {share:g} × all "
+            f"of it = {a:.1f} ms directly, {b:.1f} ms through"
+        )
         out(f"  load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
