@@ -4,9 +4,10 @@ MCP call.
 In a database of its own (``<your database>_bench_mcp``), the stack of ``make bench`` and the
 demo MCP server. The server's read-only ``search_tickets`` is called ``--calls`` times
 (default 500) by each of ``--clients`` (default 4) official-SDK clients, one call after
-another per client: first directly on the demo MCP server, then through Takeover's /mcp,
-where it is registered as an MCP tool and declared ``read_only`` (so the call is recorded
-as an action and passes through in the web request's own thread). Prints p50 and p99 of
+another per client, directly on the demo MCP server and through Takeover's /mcp (where it is
+registered as an MCP tool and declared ``read_only``, so the call is recorded as an action
+and passes through in the web request's own thread), the two ways taking turns
+(``--rounds``, default 5, each going first in every other round). Prints p50 and p99 of
 each and what Takeover adds (the aim: p99 added ≤ 15 ms), and the CPU each call costs every
 process either way: with more clients than CPUs, latency follows it. (bench/mcp.py)
 """
@@ -25,7 +26,8 @@ LABELS = {"mcp": "the upstream (demo MCP)", "web": "Takeover's web"}
 
 class Command(InOwnDatabase):
     help = "Overhead of a read-only MCP call through Takeover against the upstream directly."
-    knobs = {"calls": 500, "clients": 4}
+    knobs = {"calls": 500, "clients": 4, "rounds": 5}
+    helps = {"rounds": "turns the two ways take (the calls are shared among them)"}
 
     def outer(self, argv, **opts):
         self.stdout.write("-- MCP overhead: a database of its own, migrating")
@@ -41,25 +43,34 @@ class Command(InOwnDatabase):
             tool = register(tenant, "search_tickets", upstream, "search_tickets", "status")
             tool_declare(tool, actor=SYSTEM, reason="a search changes nothing", effect="read_only")
             args = {"status": "open"}
-            n, c = opts["calls"], opts["clients"]
-            out(f"-- {c} clients × {n} calls each, read-only search_tickets")
+            n, c, rounds = opts["calls"], opts["clients"], max(1, opts["rounds"])
+            per = max(1, n // rounds)
+            out(
+                f"-- {c} clients × {per * rounds} calls each way, read-only search_tickets, "
+                f"in {rounds} alternating rounds"
+            )
             postmaster = phases.postmaster_pid()
+            ways = {"directly": (upstream, None), "through": (f"{stack.url}/mcp", token)}
+            latencies = {way: [] for way in ways}
+            cpu = {way: {} for way in ways}
             # Each side warmed up first (a web process imports its URLs and starts the MCP
             # SDK on its first call): the CPU counted is the steady state's.
-            mcp.timed_calls(upstream, None, "search_tickets", args, clients=c, calls=0)
-            meter = phases.Meter(stack, postmaster)
-            direct = mcp.summary(
-                mcp.timed_calls(upstream, None, "search_tickets", args, clients=c, calls=n)
-            )
-            direct_cpu = meter.read()["cpu"]
-            through_url = f"{stack.url}/mcp"
-            mcp.timed_calls(through_url, token, "search_tickets", args, clients=c, calls=0)
-            meter = phases.Meter(stack, postmaster)
-            through = mcp.summary(
-                mcp.timed_calls(through_url, token, "search_tickets", args, clients=c, calls=n)
-            )
-            through_cpu = meter.read()["cpu"]
-            calls = c * (n + 10)  # the warm-up calls count for CPU
+            for url, bearer in ways.values():
+                mcp.timed_calls(url, bearer, "search_tickets", args, clients=c, calls=0)
+            # The two ways take turns, each going first in every other round: a machine
+            # whose speed drifts through the run slows both alike.
+            for r in range(rounds):
+                for way in sorted(ways, reverse=bool(r % 2)):
+                    url, bearer = ways[way]
+                    meter = phases.Meter(stack, postmaster)
+                    latencies[way] += mcp.timed_calls(
+                        url, bearer, "search_tickets", args, clients=c, calls=per
+                    )
+                    for part, seconds in meter.read()["cpu"].items():
+                        cpu[way][part] = cpu[way].get(part, 0) + seconds
+            direct, through = (mcp.summary(latencies[way]) for way in ways)
+            direct_cpu, through_cpu = cpu["directly"], cpu["through"]
+            calls = rounds * c * (per + 10)  # each round's warm-up calls count for CPU
         finally:
             stack.stop()
         out("")
