@@ -52,7 +52,7 @@ class Command(InOwnDatabase):
             postmaster = phases.postmaster_pid()
             ways = {"directly": (upstream, None), "through": (f"{stack.url}/mcp", token)}
             latencies = {way: [] for way in ways}
-            cpu = {way: {} for way in ways}
+            spent = {way: {} for way in ways}  # CPU seconds, by process
             # Each side warmed up first (a web process imports its URLs and starts the MCP
             # SDK on its first call): the CPU counted is the steady state's.
             for url, bearer in ways.values():
@@ -67,9 +67,9 @@ class Command(InOwnDatabase):
                         url, bearer, "search_tickets", args, clients=c, calls=per
                     )
                     for part, seconds in meter.read()["cpu"].items():
-                        cpu[way][part] = cpu[way].get(part, 0) + seconds
+                        spent[way][part] = spent[way].get(part, 0) + seconds
             direct, through = (mcp.summary(latencies[way]) for way in ways)
-            direct_cpu, through_cpu = cpu["directly"], cpu["through"]
+            direct_cpu, through_cpu = spent["directly"], spent["through"]
             calls = rounds * c * (per + 10)  # each round's warm-up calls count for CPU
         finally:
             stack.stop()
@@ -90,9 +90,7 @@ class Command(InOwnDatabase):
         parts = sorted(
             set(direct_cpu) | set(through_cpu), key=lambda k: (k == "all of the above", k)
         )
-        for part in parts:
-            if part in ("workers", "beat", "downstream", "tool (demo downstream)"):
-                continue  # idle through this bench
+        for part in parts:  # the workers, beat and the HTTP demo tool idle, near enough
             a, b = (cpu.get(part, 0) / calls * 1000 for cpu in (direct_cpu, through_cpu))
             out(f"  {LABELS.get(part, part):<24}{a:>10.2f}{b:>10.2f}")
         # Every process shares the CPUs: with more clients than CPUs, each call waits its
