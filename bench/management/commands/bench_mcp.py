@@ -60,7 +60,7 @@ class Command(InOwnDatabase):
             # The two ways take turns, each going first in every other round: a machine
             # whose speed drifts through the run slows both alike.
             for r in range(rounds):
-                for way in sorted(ways, reverse=bool(r % 2)):
+                for way in list(ways)[:: -1 if r % 2 else 1]:
                     url, bearer = ways[way]
                     meter = phases.Meter(stack, postmaster)
                     latencies[way] += mcp.timed_calls(
@@ -69,7 +69,6 @@ class Command(InOwnDatabase):
                     for part, seconds in meter.read()["cpu"].items():
                         spent[way][part] = spent[way].get(part, 0) + seconds
             direct, through = (mcp.summary(latencies[way]) for way in ways)
-            direct_cpu, through_cpu = spent["directly"], spent["through"]
             calls = rounds * c * (per + 10)  # each round's warm-up calls count for CPU
         finally:
             stack.stop()
@@ -87,16 +86,15 @@ class Command(InOwnDatabase):
             f"{os.cpu_count()} CPUs for all of them)"
         )
         out(f"  {'':<24}{'directly':>10}{'through':>10}")
-        parts = sorted(
-            set(direct_cpu) | set(through_cpu), key=lambda k: (k == "all of the above", k)
-        )
+        parts = sorted(set().union(*spent.values()), key=lambda k: (k == "all of the above", k))
         for part in parts:  # the workers, beat and the HTTP demo tool idle, near enough
-            a, b = (cpu.get(part, 0) / calls * 1000 for cpu in (direct_cpu, through_cpu))
+            a, b = (cpu.get(part, 0) / calls * 1000 for cpu in spent.values())
             out(f"  {LABELS.get(part, part):<24}{a:>10.2f}{b:>10.2f}")
-        # Every process shares the CPUs: with more clients than CPUs, each call waits its
-        # turn, and its latency is about clients ÷ CPUs × what one call costs them all.
-        share = c / (os.cpu_count() or 1)
-        a, b = (cpu["all of the above"] / calls * 1000 * share for cpu in (direct_cpu, through_cpu))
+        # A call's CPU is spent one process after another, so its latency is at least what it
+        # costs them all; with more clients than CPUs each call also waits its turn, and the
+        # latency is about clients ÷ CPUs × that.
+        share = max(1.0, c / (os.cpu_count() or 1))
+        a, b = (cpu["all of the above"] / calls * 1000 * share for cpu in spent.values())
         out(
             f"  bound by CPU, {c} clients on {os.cpu_count()} CPUs: latency ≈ {share:g} × all "
             f"of it = {a:.1f} ms directly, {b:.1f} ms through"
