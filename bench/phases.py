@@ -92,18 +92,18 @@ def effects(agents, count: int, clients: int, one_request: bool = True):
 
 def handoffs(keys) -> dict[str, list[float]]:
     """The wall time of each hand-off of the effects in `keys` (from `effects`), from the
-    rows' own timestamps and the client's clock (one machine, one clock): proposal committed
-    → claimed by a worker, claimed → the tool's answer recorded, recorded → the client has
+    rows' own timestamps and the client's clock (one machine, one clock): proposal → claimed
+    by a worker (0 when the proposing request claimed it itself), claimed → the tool's answer recorded, recorded → the client has
     the outcome."""
     from runs.models import Attempt
 
     seen = {action_id: at for _key, _target, action_id, at, _t in keys}
     rows = Attempt.objects.filter(action_id__in=list(seen), number=1).values_list(
-        "action_id", "action__created_at", "started_at", "finished_at"
+        "action_id", "action__enqueued_at", "started_at", "finished_at"
     )
     out = {"proposed → claimed": [], "claimed → answered": [], "answered → client has it": []}
-    for action_id, created, started, finished in rows:
-        out["proposed → claimed"].append((started - created).total_seconds())
+    for action_id, proposed, started, finished in rows:
+        out["proposed → claimed"].append((started - proposed).total_seconds())
         out["claimed → answered"].append((finished - started).total_seconds())
         out["answered → client has it"].append(seen[str(action_id)] - finished.timestamp())
     return out

@@ -13,6 +13,7 @@ refused, and recorded for operators).
 
 import functools
 import uuid
+from datetime import timedelta
 
 from django.db import connection, transaction
 from django.utils import timezone
@@ -20,7 +21,7 @@ from django.utils import timezone
 from approvals.models import Approval
 from approvals.services import approval_problem, approval_request_open
 from core import rows
-from core.audit import Actor, Verb, audit, audit_fields, request_id_var, verb_for_state
+from core.audit import Actor, Verb, audit, audit_fields, request_id_var
 from core.canonical import canonical_json, fingerprint
 from core.errors import IdempotencyConflict, RunNotRunning
 from core.models import AuditEvent, ToolEffect
@@ -36,9 +37,10 @@ from ledger.services import (
 )
 
 from . import alerts, origin
+from .claim import claimed, insert_claimed
 from .models import Action, Attempt, Run
 from .moves import enqueue_dispatch
-from .states import ActionState, RunStatus, check_move
+from .states import ActionState, RunStatus
 from .wakeup import queued_note
 
 
@@ -134,6 +136,8 @@ def _action_propose(
     known=None,
     action_id=None,
     unflushed: bool = False,
+    claimer: Actor | None = None,
+    lease: timedelta | None = None,
 ) -> tuple[Action, bool, bool]:
     """Record a proposed side effect under its idempotency key.
 
@@ -150,6 +154,9 @@ def _action_propose(
     `unflushed`: a proposal straight to the queue commits without waiting for the disk
     (`_propose_queued`); its caller flushes before it answers with the action still
     queued (`action_flush`).
+    `claimer`: a proposal straight to the queue is leased to `claimer` for `lease` in its own
+    statement instead, for its caller to dispatch at once (runs/claim.py); the new action
+    comes back `dispatching`, with its attempt 1 as `action.claimed_attempt`.
     """
     if run.status != RunStatus.RUNNING:
         raise RunNotRunning(f"This run is {run.status}; only a running run may propose.")
@@ -167,7 +174,9 @@ def _action_propose(
         # transaction; either writes nothing and answers None when the key is live already.
         queued = approval_id is None and not tool.requires_approval
         write = _create_action
-        if queued:
+        if queued and claimer is not None:
+            write = functools.partial(_propose_claimed, claimer=claimer, lease=lease)
+        elif queued:
             write = functools.partial(_propose_queued, unflushed=unflushed)
     action = write(
         action_id or uuid.uuid4(),
@@ -256,6 +265,44 @@ def _propose_queued(
     return action
 
 
+def _propose_claimed(
+    action_id,
+    *,
+    run,
+    key,
+    fingerprint,
+    approval_id,
+    reason,
+    actor: Actor,
+    claimer: Actor,
+    lease: timedelta,
+    **binding,
+) -> Action | None:
+    """The common proposal (`_propose_queued`'s), leased at once to `claimer`, who
+    dispatches it: one statement (runs/claim.py) with the ledger entry `in_flight`. None when
+    the key is already live."""
+    entry, reserve = ledger_reserve_statement(
+        tenant=run.tenant,
+        key=key,
+        fingerprint=fingerprint,
+        tool=binding["tool"].name,
+        action_id=action_id,
+    )
+    entry.status = reserve["status"] = LedgerStatus.IN_FLIGHT
+    action = _new_action(
+        action_id, run=run, approval_id=approval_id, reason=reason, entry=entry, **binding
+    )
+    reserved, proposed = _proposal_events(entry, action, actor=actor)
+    event, attempt = claimed(action, claimer=claimer, lease=lease)
+    events = {"reserved": reserved, "proposed": proposed, "claimed": event}
+    if (generation := insert_claimed(action, attempt, events, reserve=reserve)) is None:
+        return None
+    entry.generation = generation
+    entry._state.adding, entry._state.db = False, connection.alias
+    action.ledger_entry, action.claimed_attempt = entry, attempt
+    return action
+
+
 def action_flush(action_id) -> None:
     """Make sure an `unflushed` proposal has reached the disk before anyone is told of it: a
     write of its own row (its timestamp set to itself) committed the usual way, which waits
@@ -315,35 +362,6 @@ def _presented(run, approval_id, binding: dict) -> tuple[str, str]:
     return ActionState.QUEUED, ""
 
 
-# A read proposed and claimed by its proposer in ONE statement (`read_claimed`): the action,
-# already `dispatching` under its lease, both audit events (proposed as queued, then moved
-# to dispatching) and its first attempt, written together; the attempt's id back.
-READ_CLAIMED = """
-WITH action AS (
-    INSERT INTO runs_action
-    SELECT r.* FROM jsonb_populate_record(NULL::runs_action, %(action_row)s) r
-    RETURNING id
-),
-events AS (
-    INSERT INTO core_auditevent
-    SELECT r.* FROM action, jsonb_populate_record(NULL::core_auditevent, %(proposed_row)s) r
-    UNION ALL
-    SELECT r.* FROM action, jsonb_populate_record(NULL::core_auditevent, %(claimed_row)s) r
-),
-attempt AS (
-    INSERT INTO runs_attempt ({attempt_columns})
-    SELECT {attempt_columns}
-    FROM action, jsonb_populate_record(NULL::runs_attempt, %(attempt_row)s)
-    RETURNING id
-)
-SELECT id{unflushed} FROM attempt
-"""
-
-
-def _attempt_columns() -> str:
-    return ", ".join(f.column for f in Attempt._meta.concrete_fields if not f.primary_key)
-
-
 def read_claimed(
     *,
     run,
@@ -375,8 +393,7 @@ def read_claimed(
     a read changed nothing."""
     if run.status != RunStatus.RUNNING:
         raise RunNotRunning(f"This run is {run.status}; only a running run may propose.")
-    assert tool.effect == ToolEffect.READ_ONLY, "only a read is claimed by its proposer"
-    check_move(ActionState.QUEUED, ActionState.DISPATCHING)
+    assert tool.effect == ToolEffect.READ_ONLY, "only a read is claimed by this path"
     binding = _intent(run, tool, target, desired_state, expected_version)
     action_id = uuid.uuid4()
     action = _new_action(
@@ -388,38 +405,10 @@ def read_claimed(
         reason=reason,
         **binding,
     )
-    # Proposed as queued; the claim below moves it to dispatching.
+    # Proposed as queued; the claim moves it to dispatching.
     proposed = AuditEvent(**audit_fields(**_proposal_audit(action, actor=actor)))
-    now = timezone.now()
-    action.state, action.lease_expires_at = ActionState.DISPATCHING, now + lease
-    claimed = AuditEvent(
-        **audit_fields(
-            actor=claimer,
-            verb=verb_for_state("action", ActionState.DISPATCHING),
-            obj=action,
-            before={"state": ActionState.QUEUED},
-            after={"state": ActionState.DISPATCHING},
-            request_id=action.request_id or None,
-        )
-    )
-    attempt = Attempt(action=action, number=1, started_at=now)
-    sql = READ_CLAIMED.format(
-        attempt_columns=_attempt_columns(),
-        unflushed=", set_config('synchronous_commit', 'off', true)" if unflushed else "",
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(
-            sql,
-            {
-                "action_row": rows.record(action),
-                "proposed_row": rows.record(proposed),
-                "claimed_row": rows.record(claimed),
-                "attempt_row": rows.record(attempt),
-            },
-        )
-        attempt.pk = cursor.fetchone()[0]
-    for obj in (action, attempt):
-        obj._state.adding, obj._state.db = False, connection.alias
+    event, attempt = claimed(action, claimer=claimer, lease=lease)
+    insert_claimed(action, attempt, {"proposed": proposed, "claimed": event}, unflushed=unflushed)
     return action, attempt
 
 

@@ -460,6 +460,10 @@ DRAIN_MAX_SECONDS = env_float("DRAIN_MAX_SECONDS", 60)
 # (runs/engine/listen.py); the broker stays the fallback. Off: WORKER_LISTEN=0 (behind a
 # pooler in transaction mode, unless DATABASE_LISTEN_URL points past it).
 WORKER_LISTEN = os.environ.get("WORKER_LISTEN", "1") not in {"0", "false", "no", ""}
+# A proposal that waits at least as long as its whole dispatch can take is dispatched by the
+# request itself (api/views/action.py); off: DISPATCH_IN_REQUEST=0 (the web tier then never
+# calls a side-effecting tool: only the workers do).
+DISPATCH_IN_REQUEST = os.environ.get("DISPATCH_IN_REQUEST", "1") not in {"0", "false", "no", ""}
 # A wake-up nobody picked up in this time is dropped by the broker (the sweep drains anyway).
 WAKEUP_EXPIRES_SECONDS = env_float("WAKEUP_EXPIRES_SECONDS", 60)
 # GET /actions/{id}?wait=N: concurrent waits per web process, per principal and in all;

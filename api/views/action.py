@@ -11,9 +11,12 @@ from rest_framework.response import Response
 from api import resources, schema, serializers
 from api.permissions import require_operator, require_principal
 from api.schema import errors_for, ok
+from core.audit import DISPATCHER
 from core.errors import ValidationFailed
 from core.models import Role, Tool
 from runs import decisions, presenters, selectors
+from runs.engine.dispatch import dispatch_leased, fits_in
+from runs.engine.leases import lease_for
 from runs.models import (
     IdempotencyConflict,
 )
@@ -98,7 +101,11 @@ def propose(request, pk):
         )
     if key is None and found.tool.effect != "read_only":  # re-declared since the peek above
         raise IdempotencyKeyMissing()
+    deadline = time.monotonic() + seconds
     early = Early.listen(request, seconds)
+    # Waiting at least as long as the whole dispatch can take, the request is its own
+    # worker: it leases the new action to itself as it proposes it (runs/claim.py).
+    here = early is not None and settings.DISPATCH_IN_REQUEST and fits_in(found.tool, seconds)
     try:
         action, created, changed = action_propose(
             run=found.run,
@@ -113,8 +120,13 @@ def propose(request, pk):
             known=found,
             action_id=early and early.action_id,
             unflushed=early is not None,  # it answers after a flushed commit, or flushes
+            claimer=DISPATCHER if here else None,
+            lease=lease_for(found.tool) if here else None,
         )
-        if created:
+        if created and action.state == ActionState.DISPATCHING:  # claimed: dispatch it
+            dispatch_leased(action, action.claimed_attempt)
+            action, resource = selectors.action_view(action.pk)
+        elif created:
             resource = presenters.action_resource(
                 action,
                 tenant=principal.tenant.slug,
@@ -135,7 +147,8 @@ def propose(request, pk):
             if early and not ours:
                 early.close()  # its slot, before the wait takes one of its own
             known = (action, resource)
-            resource = dict(wait_for_settle(request, action.pk, seconds, known, early=ours)[1])
+            left = max(0.0, deadline - time.monotonic())
+            resource = dict(wait_for_settle(request, action.pk, left, known, early=ours)[1])
         if resource["state"] == ActionState.QUEUED and (early or not created):
             # Still queued: no lease has flushed its proposal (ours, or a racer's) to disk.
             action_flush(action.pk)

@@ -159,6 +159,14 @@ def lease_running_out(action: Action) -> bool:
     return timezone.now() >= action.lease_expires_at - margin
 
 
+def fits_in(tool, seconds: float) -> bool:
+    """Whether a dispatch to `tool` ends within `seconds` however it goes: every attempt
+    taking the tool's whole timeout, and the safe retries' delays between them."""
+    retries = settings.SAFE_RETRY_LIMIT
+    worst = tool.timeout_seconds * (retries + 1) + settings.SAFE_RETRY_DELAY_SECONDS * retries
+    return worst <= seconds
+
+
 def dispatch_leased(
     action: Action,
     attempt: Attempt,
