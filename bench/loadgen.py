@@ -193,6 +193,15 @@ class Stack:
     def kill_worker(self, i: int) -> None:
         self.supervisor.kill(self.procs[f"worker{i}"])
 
+    def kill_web_process(self, rng) -> None:
+        """SIGKILL one of gunicorn's worker processes, mid-request perhaps; its master starts
+        another."""
+        import signal
+
+        if processes := children_of(self.procs["web"].pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(rng.choice(processes), signal.SIGKILL)
+
     def stop(self) -> None:
         self.supervisor.stop(list(self.procs.values()))
         self.supervisor.close()

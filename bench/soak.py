@@ -76,6 +76,8 @@ def drive(
     threads: int = 4,
     faults: bool = True,
     kill_every: float | None = None,
+    kill: str = "worker",
+    wait: float = 0,
     refuse_every: float | None = None,
     restart_db=None,
     kill_while_settling: bool = False,
@@ -86,7 +88,9 @@ def drive(
 ) -> LoadResult:
     """Propose `count` actions (each on a target of its own) from `threads` runtimes, with
     the fault mix, SIGKILLing a worker every `kill_every` seconds (it restarts at once, like
-    a pod), and once calling `restart_db` halfway; then wait until nothing is in progress
+    a pod; `kill="web"`: one of gunicorn's processes, which its master replaces), and once
+    calling `restart_db` halfway; each proposal waits up to `wait` seconds for its outcome
+    (long enough for the whole dispatch, its own request dispatches it); then wait until nothing is in progress
     (the killing stops when the proposals end, unless `kill_while_settling`). A 503 is
     retried with the same key after Retry-After, as a runtime should."""
     import random
@@ -115,9 +119,12 @@ def drive(
         while not stop.wait(0.2):
             now = time.monotonic()
             if now >= next_kill and (proposing.is_set() or kill_while_settling):
-                i = rng.randrange(stack.workers)
-                stack.kill_worker(i)
-                stack.start_worker(i)
+                if kill == "web":
+                    stack.kill_web_process(rng)
+                else:
+                    i = rng.randrange(stack.workers)
+                    stack.kill_worker(i)
+                    stack.start_worker(i)
                 result.kills += 1
                 next_kill = now + kill_every
             if now >= next_refuse:
@@ -148,6 +155,7 @@ def drive(
                     response = agent.propose(
                         run_id,
                         key,
+                        wait=wait,
                         tool=tool,
                         target=target,
                         desired_state={"status": "done", "n": i},

@@ -37,15 +37,26 @@ class Command(InOwnDatabase):
     knobs = {
         "actions": 10_000,
         "kill_every": 10.0,
+        "wait": 0.0,
         "refuse_every": 0.0,
         "workers": 2,
         "settle": 900.0,
     }
     # The tool's declarations. The demo's ticket system is unsafe and answers no lookups;
     # its outbox (`--prefix email`) deduplicates keys and answers lookups.
-    choices = {"prefix": ["tickets", "email"], "effect": ["unsafe", "idempotent", "read_only"]}
+    choices = {
+        "prefix": ["tickets", "email"],
+        "effect": ["unsafe", "idempotent", "read_only"],
+        "kill": ["worker", "web"],
+    }
     switches = ("no_faults", "lookup")
-    helps = {"refuse_every": "0: never"}
+    helps = {
+        "refuse_every": "0: never",
+        "wait": "seconds each proposal waits for its outcome (0: answered at once); 5 or more "
+        "and its own request dispatches it",
+        "kill": "what is SIGKILLed every --kill-every seconds: a Celery worker, or one of "
+        "gunicorn's processes",
+    }
 
     def outer(self, argv, **opts):
         sys.exit(in_own_database("soak", "soak", argv, say=self.stdout.write).returncode)
@@ -69,8 +80,10 @@ class Command(InOwnDatabase):
         try:
             agent = loadgen.Agent(stack.url, token, tenant.slug)
             out(
-                f"-- {opts['actions']} actions, a worker SIGKILLed every {opts['kill_every']} s"
+                f"-- {opts['actions']} actions, a {opts['kill']} process SIGKILLed every "
+                f"{opts['kill_every']} s"
                 + (", no faults" if opts["no_faults"] else ", with the fault mix")
+                + (f", each waiting up to {opts['wait']:g} s" if opts["wait"] else "")
             )
             result = soak.drive(
                 stack,
@@ -79,6 +92,8 @@ class Command(InOwnDatabase):
                 tool="update_ticket",
                 faults=not opts["no_faults"],
                 kill_every=opts["kill_every"] or None,
+                kill=opts["kill"],
+                wait=opts["wait"],
                 refuse_every=opts["refuse_every"] or None,
                 settle_timeout=opts["settle"],
                 say=out,
@@ -104,7 +119,8 @@ class Command(InOwnDatabase):
         out("")
         out(
             f"{result.proposed} actions proposed in {result.elapsed - result.settle_seconds:.0f}"
-            f" s; settled {result.settle_seconds:.0f} s later; {result.kills} workers killed"
+            f" s; settled {result.settle_seconds:.0f} s later; {result.kills} {opts['kill']}"
+            " processes killed"
         )
         out(
             f"  the tool: /{opts['prefix']}, declared effect={opts['effect']}, "
