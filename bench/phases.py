@@ -93,8 +93,8 @@ def effects(agents, count: int, clients: int, one_request: bool = True):
 def handoffs(keys) -> dict[str, list[float]]:
     """The wall time of each hand-off of the effects in `keys` (from `effects`), from the
     rows' own timestamps and the client's clock (one machine, one clock): proposal → claimed
-    by a worker (0 when the proposing request claimed it itself), claimed → the tool's answer recorded, recorded → the client has
-    the outcome."""
+    by a worker (0 when the proposing request claimed it itself), claimed → the tool's
+    answer recorded, recorded → the client has the outcome."""
     from runs.models import Attempt
 
     seen = {action_id: at for _key, _target, action_id, at, _t in keys}

@@ -90,8 +90,9 @@ def drive(
     the fault mix, SIGKILLing a worker every `kill_every` seconds (it restarts at once, like
     a pod; `kill="web"`: one of gunicorn's processes, which its master replaces), and once
     calling `restart_db` halfway; each proposal waits up to `wait` seconds for its outcome
-    (long enough for the whole dispatch, its own request dispatches it); then wait until nothing is in progress
-    (the killing stops when the proposals end, unless `kill_while_settling`). A 503 is
+    (long enough for the whole dispatch, its own request dispatches it); then wait until
+    nothing is in progress (the killing stops when the proposals end, unless
+    `kill_while_settling`). A 503 is
     retried with the same key after Retry-After, as a runtime should."""
     import random
     from collections import Counter
