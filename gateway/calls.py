@@ -35,7 +35,7 @@ from core.errors import IdempotencyConflict, RunNotRunning
 from core.jsonsafe import problem_in
 from core.models import Tool, ToolEffect, ToolKind
 from runs import origin, selectors
-from runs.engine.dispatch import dispatch_leased
+from runs.engine.dispatch import dispatch_leased, fits_in
 from runs.engine.leases import lease_for
 from runs.engine.mcp import split_arguments, take_answer
 from runs.models import Run
@@ -494,9 +494,19 @@ def call_tool(caller: Caller, name: str, arguments: dict | None, meta: dict) -> 
         return _read(caller, key, proposal)
     if key is None:
         key = derived_key(run.pk, tool, arguments)
+    wait = settings.MCP_CALL_WAIT_SECONDS
+    deadline = time.monotonic() + wait
+    # Waiting at least as long as the whole dispatch can take, the call is its own worker
+    # (runs/claim.py), as `POST /runs/{id}/actions?wait=` is.
+    here = settings.DISPATCH_IN_REQUEST and fits_in(tool, wait)
     try:
         with origin.proposing_from(origin.MCP, caller.client):
-            action, created, changed = action_propose(idempotency_key=key, **proposal)
+            action, created, changed = action_propose(
+                idempotency_key=key,
+                claimer=DISPATCHER if here else None,
+                lease=lease_for(tool) if here else None,
+                **proposal,
+            )
     except IdempotencyConflict:
         return Outcome(
             tool_error(
@@ -511,7 +521,10 @@ def call_tool(caller: Caller, name: str, arguments: dict | None, meta: dict) -> 
         return Outcome(
             awaiting={"action": str(action.pk), "link": approval_link(caller, action.pk)}
         )
-    _, resource = wait_for(caller, action.pk, settings.MCP_CALL_WAIT_SECONDS)
+    if created and action.state == ActionState.DISPATCHING:  # claimed: dispatch it here
+        dispatch_leased(action, action.claimed_attempt)
+    left = max(0.0, deadline - time.monotonic())
+    _, resource = wait_for(caller, action.pk, left)
     return Outcome(result_for(resource, replayed=not created, changed=changed))
 
 

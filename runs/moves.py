@@ -295,10 +295,11 @@ def action_settle_dispatch(
     unflushed: bool = False,
     **fields,
 ) -> bool:
-    """dispatching → `to`, with the attempt closed, in one statement. False when the action
-    is no longer dispatching (or its attempt was already closed by the sweeper): nothing
-    was written, and the caller records the late answer its own way. `unflushed`: its
-    commit does not wait for the WAL to reach the disk (a read's settle only).
+    """dispatching → `to`, with the attempt closed, in one statement (and in memory: `action`
+    and `attempt` are as written). False when the action is no longer dispatching (or its
+    attempt was already closed by the sweeper): nothing was written, and the caller records
+    the late answer its own way. `unflushed`: its commit does not wait for the WAL to reach
+    the disk (a read's settle only).
 
     An unknown outcome is due a read at once; `read_lease` (a timedelta): the caller reads
     it itself, so the read is leased to it in this statement (`next_reconcile_at` pushed
@@ -344,6 +345,8 @@ def action_settle_dispatch(
     action.lease_expires_at, action.next_reconcile_at = None, next_reconcile_at
     for name, value in fields.items():
         setattr(action, name, value)
+    attempt.finished_at, attempt.outcome = now, outcome
+    attempt.http_status, attempt.detail = http_status, detail
     return True
 
 

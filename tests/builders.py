@@ -374,3 +374,19 @@ def race(n, fn):
         t.join(60)
     assert not errors, errors
     return results
+
+
+def claimed_as_proposed(action_id) -> bool:
+    """Whether the transaction that proposed the action also leased it: its request
+    claimed it (other tests' workers may be running and dispatch what is queued)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT verb, xmin::text FROM core_auditevent WHERE object_type = 'action' "
+            "AND object_id = %s AND verb IN ('action.propose', 'action.dispatching')",
+            [str(action_id)],
+        )
+        xmins = dict(cursor.fetchall())
+    proposed = xmins.get("action.propose")
+    return proposed is not None and proposed == xmins.get("action.dispatching")

@@ -124,8 +124,7 @@ def propose(request, pk):
             lease=lease_for(found.tool) if here else None,
         )
         if created and action.state == ActionState.DISPATCHING:  # claimed: dispatch it
-            dispatch_leased(action, action.claimed_attempt)
-            action, resource = selectors.action_view(action.pk)
+            resource = _dispatched_here(action, principal, found.tool)
         elif created:
             resource = presenters.action_resource(
                 action,
@@ -157,6 +156,25 @@ def propose(request, pk):
             early.close()
     resource["replayed"], resource["content_changed"] = not created, changed
     return waited(request, Response(resource, status=201 if created else 200))
+
+
+def _dispatched_here(action, principal, tool) -> dict:
+    """Dispatch a proposal this request claimed, and the action's resource after it: as
+    settled in memory when its first attempt settled it for good (the rows say no more than
+    that), else read again (a safe retry, an unknown outcome, a lease the sweeper took)."""
+    attempt = action.claimed_attempt
+    settled = dispatch_leased(action, attempt)
+    if settled not in {ActionState.SUCCEEDED, ActionState.FAILED} or attempt.finished_at is None:
+        return selectors.action_view(action.pk)[1]
+    return presenters.action_resource(
+        action,
+        tenant=principal.tenant.slug,
+        principal=principal.name,
+        tool=tool.name,
+        claimed_by=None,
+        attempts=[presenters.attempt_dict(attempt)],
+        reconciliations=[],
+    )
 
 
 def wait_seconds(request) -> float:

@@ -7,6 +7,7 @@ import anyio
 
 from runs.models import Action
 
+from ..builders import claimed_as_proposed
 from .conftest import mcp_client, run
 
 
@@ -45,6 +46,7 @@ def test_list_and_call_an_http_tool_through_mcp(world, worker, mcp_url):
     action = Action.objects.get(pk=result.structured_content["action_id"])
     assert action.origin == "mcp" and action.client == "pytest-agent"
     assert action.run.trigger == "mcp"
+    assert claimed_as_proposed(action.pk)  # its own call dispatched it, as a proposal that waits
     # A read passes through: succeeded in the call, the tool's answer handed back.
     assert search.is_error is False, search
     assert search.structured_content["state"] == "succeeded"

@@ -7,7 +7,7 @@ import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connection, connections
+from django.db import connections
 from django.test import override_settings
 
 from core.audit import DISPATCHER
@@ -17,7 +17,7 @@ from runs.engine.leases import expire_leases
 from runs.models import Action, Run
 from runs.propose import action_propose
 
-from ..builders import agent_of
+from ..builders import agent_of, claimed_as_proposed
 from .scenarios import key, target
 
 
@@ -35,19 +35,6 @@ def _trail(action_id) -> list[tuple[str, str, dict]]:
     return [(e.verb, e.actor_name, e.after) for e in events.order_by("at", "id")]
 
 
-def _claimed_as_proposed(action_id) -> bool:
-    """Whether the transaction that proposed the action also leased it: its request
-    claimed it (other tests' workers may be running and dispatch what is queued)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT verb, xmin::text FROM core_auditevent WHERE object_type = 'action' "
-            "AND object_id = %s AND verb IN ('action.propose', 'action.dispatching')",
-            [str(action_id)],
-        )
-        xmins = dict(cursor.fetchall())
-    return xmins.get("action.propose") == xmins.get("action.dispatching")
-
-
 def test_it_is_applied_once_and_recorded_as_a_workers_dispatch_would_be(world):
     world.tool("update_ticket")  # 2 s timeout: at most 7 s with the safe retry (tests wait 3 s)
     run, k, t = world.start_run(), key(), target()
@@ -57,7 +44,7 @@ def test_it_is_applied_once_and_recorded_as_a_workers_dispatch_would_be(world):
     assert (body["state"], body["resolution"]) == ("succeeded", "applied")
     assert [a["outcome"] for a in body["attempts"]] == ["applied"]
     assert world.downstream.mutations(t) == 1
-    assert _claimed_as_proposed(body["id"])
+    assert claimed_as_proposed(body["id"])
     trail = _trail(body["id"])
     assert [(verb, actor) for verb, actor, _ in trail] == [
         ("action.propose", world.principal.name),
@@ -78,12 +65,27 @@ def test_it_is_applied_once_and_recorded_as_a_workers_dispatch_would_be(world):
     assert world.downstream.mutations(t) == 1
 
 
+@pytest.mark.parametrize("fault", [None, "reject"])
+def test_its_answer_is_the_action_as_any_later_read_gives_it(world, fault):
+    """The answer is built from what the request wrote, not read back: it must be the
+    resource that `GET /actions/{id}` reads from the rows."""
+    world.tool("update_ticket")
+    run, t = world.start_run(), target()
+    if fault:
+        world.downstream.fault(fault, target=t)
+    answer = _propose(world, run["id"], key(), t, 10).json()
+    assert claimed_as_proposed(answer["id"])
+    assert answer["state"] == ("failed" if fault else "succeeded")
+    read = world.agent.client().get(f"/api/v1/actions/{answer['id']}").json()
+    assert answer == read
+
+
 def test_a_wait_shorter_than_the_dispatch_leaves_it_to_the_workers(world):
     world.tool("update_ticket")  # at most 7 s: a 1 s wait cannot hold the whole dispatch
     run, t = world.start_run(), target()
     response = _propose(world, run["id"], key(), t, 1)
     assert response.status_code == 201
-    assert not _claimed_as_proposed(response.json()["id"])
+    assert not claimed_as_proposed(response.json()["id"])
 
 
 @override_settings(DISPATCH_IN_REQUEST=False)
@@ -92,7 +94,7 @@ def test_switched_off_the_web_never_calls_the_tool(world):
     run, t = world.start_run(), target()
     response = _propose(world, run["id"], key(), t, 4)
     assert response.status_code == 201
-    assert not _claimed_as_proposed(response.json()["id"])
+    assert not claimed_as_proposed(response.json()["id"])
 
 
 def test_an_approval_is_never_skipped(world):
@@ -110,7 +112,7 @@ def test_a_lost_answer_is_reconciled_by_a_worker_while_the_request_waits(w):
     response = _propose(w, run["id"], key(), t, 10)
     body = response.json()
     assert (body["state"], body["resolution"]) == ("succeeded", "reconciled"), body
-    assert _claimed_as_proposed(body["id"])
+    assert claimed_as_proposed(body["id"])
     assert [a["outcome"] for a in body["attempts"]] == ["unknown"]  # never sent twice
     assert w.downstream.mutations(t) == 1
 
@@ -134,7 +136,7 @@ def test_racing_requests_for_one_new_key_apply_it_once(world):
     assert sorted(a.status_code for a in answers) == [200] * 5 + [201]
     assert {a.json()["id"] for a in answers} == {answers[0].json()["id"]}
     assert {a.json()["state"] for a in answers} == {"succeeded"}  # the losers waited for it
-    assert _claimed_as_proposed(answers[0].json()["id"])
+    assert claimed_as_proposed(answers[0].json()["id"])
     assert world.downstream.mutations(t) == 1
     assert LedgerEntry.objects.filter(key=k).count() == 1
 
