@@ -16,7 +16,8 @@ machines), each exactly once:
   backwards. The per-process collectors (CPU, memory, GC) are left out there: they would
   describe whichever process answered.
 - workers: the dispatch, tool-call, attempt, reconcile, lease and sweep series are recorded
-  where the work is done, in the Celery worker, and only there. A worker started with
+  where the work is done, in the Celery worker (a proposal that waits is dispatched by its
+  own web request, and its dispatch and tool-call series are the web tier's: sum both). A worker started with
   `WORKER_METRICS_PORT` serves them itself (`/metrics`, the same token or allowlist as the
   web), with its process's CPU and memory; scrape every worker as its own target. Workers
   run the threads pool, one process each; the exporter reads this process's registry

@@ -8,7 +8,8 @@ The order of a dispatch, each step its own transaction:
 2. the HTTP call, outside any transaction (`protocol.call_tool`).
 3. settle: the attempt is closed with its classification and the action moves, together.
 So a happy-path effect costs three write transactions (propose, its share of a lease,
-settle). A killed worker's leased rows come back when their leases run out (`leases.expire_leases`),
+settle), or two when its proposer claimed it in the proposal's own statement and dispatches
+it itself (runs/claim.py: a request that waits for the outcome). A killed worker's leased rows come back when their leases run out (`leases.expire_leases`),
 as unknowns to reconcile, never as queued.
 """
 
