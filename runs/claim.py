@@ -92,6 +92,7 @@ def _attempt_columns() -> str:
 def claimed(action: Action, *, claimer: Actor, lease: timedelta) -> tuple[AuditEvent, Attempt]:
     """Move the unsaved, queued `action` to `dispatching` under a lease of `lease` for
     `claimer`: the move's audit event and attempt 1, unsaved."""
+    assert action.state == ActionState.QUEUED, "only a proposal straight to the queue is claimed"
     check_move(ActionState.QUEUED, ActionState.DISPATCHING)
     now = timezone.now()
     action.state, action.lease_expires_at = ActionState.DISPATCHING, now + lease
