@@ -17,11 +17,12 @@ machines), each exactly once:
   describe whichever process answered.
 - workers: the dispatch, tool-call, attempt, reconcile, lease and sweep series are recorded
   where the work is done, in the Celery worker (a proposal that waits is dispatched by its
-  own web request, and its dispatch and tool-call series are the web tier's: sum both). A worker started with
-  `WORKER_METRICS_PORT` serves them itself (`/metrics`, the same token or allowlist as the
-  web), with its process's CPU and memory; scrape every worker as its own target. Workers
-  run the threads pool, one process each; the exporter reads this process's registry
-  whatever the environment says, so a worker never shows another process's series.
+  own web request, and its dispatch and tool-call series are the web tier's: sum both). A
+  worker started with `WORKER_METRICS_PORT` serves them itself (`/metrics`, the same token
+  or allowlist as the web), with its process's CPU and memory; scrape every worker as its
+  own target. Workers run the threads pool, one process each; the exporter reads this
+  process's registry whatever the environment says, so a worker never shows another
+  process's series.
 - The worker's series without labels (lease expiries, the last successful sweep) are
   created by the worker only (`worker_series()`), not when this module is imported: in the
   web's multiprocess mode a series exists as soon as it is created, and every web process

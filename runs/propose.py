@@ -218,6 +218,27 @@ PROPOSE_QUEUED_UNFLUSHED = (
 )
 
 
+def _keyed_proposal(
+    action_id, *, run, key, fingerprint, approval_id, reason, actor: Actor, status=None, **binding
+):
+    """What a one-statement proposal under a key writes, unsaved: the ledger entry (in
+    `status`, `reserved` by default) with the reservation's parameters, the action, and the
+    reservation's and the proposal's audit events."""
+    entry, params = ledger_reserve_statement(
+        tenant=run.tenant,
+        key=key,
+        fingerprint=fingerprint,
+        tool=binding["tool"].name,
+        action_id=action_id,
+    )
+    if status is not None:
+        entry.status = params["status"] = status
+    action = _new_action(
+        action_id, run=run, approval_id=approval_id, reason=reason, entry=entry, **binding
+    )
+    return entry, params, action, _proposal_events(entry, action, actor=actor)
+
+
 def _propose_queued(
     action_id,
     *,
@@ -242,17 +263,16 @@ def _propose_queued(
     worker's lease (committed, and flushed, before any call; flushing it flushes this
     commit, written before it), or `action_flush`. A crash in between loses a proposal
     that nobody was told of and nothing acted on; its retry proposes it again."""
-    entry, params = ledger_reserve_statement(
-        tenant=run.tenant,
+    entry, params, action, (reserved, proposed) = _keyed_proposal(
+        action_id,
+        run=run,
         key=key,
         fingerprint=fingerprint,
-        tool=binding["tool"].name,
-        action_id=action_id,
+        approval_id=approval_id,
+        reason=reason,
+        actor=actor,
+        **binding,
     )
-    action = _new_action(
-        action_id, run=run, approval_id=approval_id, reason=reason, entry=entry, **binding
-    )
-    reserved, proposed = _proposal_events(entry, action, actor=actor)
     params["action_row"] = rows.record(action)
     params["reserved_row"], params["proposed_row"] = rows.record(reserved), rows.record(proposed)
     params["work_note"] = queued_note(action_id)
@@ -281,18 +301,17 @@ def _propose_claimed(
     """The common proposal (`_propose_queued`'s), leased at once to `claimer`, who
     dispatches it: one statement (runs/claim.py) with the ledger entry `in_flight`. None when
     the key is already live."""
-    entry, reserve = ledger_reserve_statement(
-        tenant=run.tenant,
+    entry, reserve, action, (reserved, proposed) = _keyed_proposal(
+        action_id,
+        run=run,
         key=key,
         fingerprint=fingerprint,
-        tool=binding["tool"].name,
-        action_id=action_id,
+        approval_id=approval_id,
+        reason=reason,
+        actor=actor,
+        status=LedgerStatus.IN_FLIGHT,
+        **binding,
     )
-    entry.status = reserve["status"] = LedgerStatus.IN_FLIGHT
-    action = _new_action(
-        action_id, run=run, approval_id=approval_id, reason=reason, entry=entry, **binding
-    )
-    reserved, proposed = _proposal_events(entry, action, actor=actor)
     event, attempt = claimed(action, claimer=claimer, lease=lease)
     events = {"reserved": reserved, "proposed": proposed, "claimed": event}
     if (generation := insert_claimed(action, attempt, events, reserve=reserve)) is None:

@@ -9,8 +9,9 @@ The order of a dispatch, each step its own transaction:
 3. settle: the attempt is closed with its classification and the action moves, together.
 So a happy-path effect costs three write transactions (propose, its share of a lease,
 settle), or two when its proposer claimed it in the proposal's own statement and dispatches
-it itself (runs/claim.py: a request that waits for the outcome). A killed worker's leased rows come back when their leases run out (`leases.expire_leases`),
-as unknowns to reconcile, never as queued.
+it itself (runs/claim.py: a request that waits for the outcome). A killed worker's leased
+rows come back when their leases run out (`leases.expire_leases`), as unknowns to
+reconcile, never as queued.
 """
 
 import contextlib
