@@ -109,16 +109,18 @@ def handoffs(keys) -> dict[str, list[float]]:
     return out
 
 
-def hits(agents, keys, clients: int) -> list[float]:
-    """The same proposals again, from a fresh running run each (a runtime retrying after a
-    crash proposes from its new run with the same stable keys), each by the client (agent)
-    that proposed it first."""
+def hits(agents, keys, clients: int, count: int) -> list[float]:
+    """`count` of the proposals in `keys` again, from a fresh running run each (a runtime
+    retrying after a crash proposes from its new run with the same stable keys), each by the
+    client (agent) that proposed it first. Every client repeats an equal share of its own
+    (`keys` lists them client by client: a prefix would be the first clients' only)."""
 
     def share(t):
         agent = agents[t % len(agents)]
         run_id = agent.start_run()
         latencies = []
-        for key, target, *_ in (k for k in keys if k[4] == t):
+        mine = [k for k in keys if k[4] == t][: count // clients + (t < count % clients)]
+        for key, target, *_ in mine:
             started = time.monotonic()
             response = _propose(agent, run_id, key, target)
             latencies.append(time.monotonic() - started)

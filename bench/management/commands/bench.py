@@ -112,7 +112,7 @@ class Command(InOwnDatabase):
             eps_two = n / (time.monotonic() - t0)
             out("-- ledger hits")
             t0 = time.monotonic()
-            hit_latencies = phases.hits(agent, keys[: opts["hits"]], clients)
+            hit_latencies = phases.hits(agent, keys, clients, opts["hits"])
             hit_elapsed = time.monotonic() - t0
             reconciled = None
             if opts["reconcile"]:
