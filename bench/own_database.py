@@ -10,7 +10,7 @@ def _option(name: str) -> str:
 
 class InOwnDatabase(BaseCommand):
     """A measurement in a database of its own. Its options are declared as data, once:
-    `knobs` (a number: its default, whose type it takes), `choices` (the first is the
+    `knobs` (a number or a text: its default, whose type it takes), `choices` (the first is the
     default) and `switches`, each with its `helps` when it has one. Run plainly, `outer`
     starts `manage.py <command> --inner` in that database with `argv`, every declared
     option as it was given; there `inner(**options)` measures."""

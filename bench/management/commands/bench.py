@@ -38,6 +38,7 @@ import re
 import subprocess
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import psycopg
@@ -47,6 +48,7 @@ from django.db import connection, connections
 
 from bench import loadgen, phases
 from bench.own_database import InOwnDatabase
+from bench.profile import Profiled, py_spy
 
 from .bench_queue import database_url
 
@@ -62,6 +64,11 @@ class Command(InOwnDatabase):
         "clients": 4,
         "workers": 2,
         "pgbench_seconds": 15,
+        "profile": "",
+    }
+    helps = {
+        "profile": "a folder: py-spy samples every process during the measured effects phase "
+        "(bench/profile.py), and the bench prints where each spent its CPU",
     }
     switches = ("skip_anchor",)
 
@@ -85,6 +92,8 @@ class Command(InOwnDatabase):
 
         out = self.stdout.write
         logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise
+        if opts["profile"]:
+            py_spy()  # missing: say so before anything starts
         tps = pgbench_tps(opts["pgbench_seconds"])
         out(f"pgbench TPC-B ({opts['pgbench_seconds']} s, 4 clients): {tps:.0f} tps")
         anchor = None
@@ -99,8 +108,9 @@ class Command(InOwnDatabase):
             out("-- warm-up: 200 effects")
             phases.effects(agent, 200, clients)
             out(f"-- {n} effects from {clients} synchronous clients, one request each")
+            profiled = Profiled(stack, opts["profile"]) if opts["profile"] else nullcontext()
             meter = phases.Meter(stack, postmaster)
-            with loadgen.DepthWatch(stack) as depth:
+            with loadgen.DepthWatch(stack) as depth, profiled:
                 t0 = time.monotonic()
                 keys, _, whole = phases.effects(agent, n, clients)
                 elapsed = time.monotonic() - t0
@@ -195,6 +205,10 @@ class Command(InOwnDatabase):
         for label, value, ratio in rows:
             out(f"  {label:<{width}}  {value:>18}  {ratio}")
         out("BENCH_JSON " + json.dumps({r[0].strip(): r[1] for r in rows}))
+        if opts["profile"]:
+            out(f"\n-- where the CPU went in the effects phase (py-spy, {opts['profile']})")
+            for line in profiled.summary():
+                out(line)
 
 
 def run_anchor(effects: int, clients: int, say) -> dict | None:

@@ -1,0 +1,109 @@
+"""`manage.py bench --profile DIR`: py-spy samples every process of the stack during the
+measured effects phase, and the bench prints where each process group spent its CPU.
+
+py-spy (`pip install py-spy`; not a dependency) attaches to each running process from
+outside (`--nonblocking`: the process is never paused), samples only threads that are on the
+CPU (idle ones are left out by default), and writes collapsed stacks (`--format raw`: one
+line per distinct stack, `frame;frame;...;frame count`) to `DIR/<group>-<pid>.txt`, where
+a flame graph tool reads them. The summary adds each group's files up: the functions with
+the most samples in total (the function and all it called, each function counted once per
+stack) and on top of the stack (its own code).
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+RATE = 250  # samples per second per process: one every 4 ms, finer than an effect's CPU
+
+# `name (path/to/file.py:123)` → `name (file.py)`: a function's lines are one function.
+_FRAME = re.compile(r"^(?P<name>.*?) \((?P<file>[^:)]*)(?::\d+)?\)$")
+
+
+def py_spy() -> str:
+    beside = Path(sys.executable).with_name("py-spy")  # the virtualenv's, not on PATH
+    found = str(beside) if beside.exists() else shutil.which("py-spy")
+    if found is None:
+        raise RuntimeError("--profile needs py-spy: pip install py-spy")
+    return found
+
+
+class Profiled:
+    """py-spy recording each process of `stack` (gunicorn's forked workers included) while
+    the `with` block runs; `summary()` afterwards."""
+
+    def __init__(self, stack, folder: str | Path):
+        self.stack, self.folder = stack, Path(folder)
+        self.recorders: list[subprocess.Popen] = []
+        self.files: dict[str, list[Path]] = collections.defaultdict(list)
+
+    def __enter__(self) -> Profiled:
+        binary = py_spy()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for name, child in self.stack.procs.items():
+            group = "workers" if name.startswith("worker") else name
+            for pid in child.pids():
+                out = self.folder / f"{group}-{pid}.txt"
+                self.files[group].append(out)
+                self.recorders.append(
+                    subprocess.Popen(
+                        [
+                            *(binary, "record", "--pid", str(pid), "--rate", str(RATE)),
+                            *("--nonblocking", "--gil", "--format", "raw", "--output", str(out)),
+                        ],
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    )
+                )
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for recorder in self.recorders:  # py-spy writes its file on SIGINT
+            recorder.send_signal(signal.SIGINT)
+        for recorder in self.recorders:
+            try:
+                recorder.wait(60)
+            except subprocess.TimeoutExpired:
+                recorder.kill()
+                recorder.wait()
+
+    def summary(self, top: int = 12) -> list[str]:
+        lines = []
+        for group, files in sorted(self.files.items()):
+            total, inclusive, own = 0, collections.Counter(), collections.Counter()
+            for path in files:
+                if not path.exists():
+                    continue
+                for line in path.read_text(errors="replace").splitlines():
+                    stack, _, count = line.rpartition(" ")
+                    if not count.isdigit():
+                        continue
+                    frames = [_short(f) for f in stack.split(";")]
+                    n = int(count)
+                    total += n
+                    own[frames[-1]] += n
+                    for frame in set(frames):
+                        inclusive[frame] += n
+            if not total:
+                continue
+            lines.append(f"{group}: {total:,} samples ({', '.join(str(p) for p in files)})")
+            lines.append("  total   own  function")
+            ranked = sorted(inclusive.items(), key=lambda kv: -kv[1])
+            for frame, n in ranked[:top]:
+                lines.append(f"  {n / total:5.0%} {own[frame] / total:5.0%}  {frame}")
+            lines.append("  own, highest:")
+            for frame, n in own.most_common(top):
+                lines.append(f"  {n / total:5.0%}  {frame}")
+        return lines
+
+
+def _short(frame: str) -> str:
+    if m := _FRAME.match(frame.strip()):
+        return f"{m['name']} ({m['file'].rsplit('/', 1)[-1]})"
+    return frame.strip()
