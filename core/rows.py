@@ -6,6 +6,7 @@ import datetime
 import functools
 import json
 
+import orjson
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
 from django.db.models import Model
@@ -80,7 +81,22 @@ class _Encoder(DjangoJSONEncoder):
 
 # One encoder for every row: `json.dumps(cls=...)` would build one per call (stateless and
 # safe to share across threads: each `encode` makes its own C encoder).
-_dumps = _Encoder(separators=(",", ":")).encode
+_encode = _Encoder(separators=(",", ":")).encode
+
+
+def _dumps(obj) -> bytes | str:
+    """A row as JSON: orjson (profiled: the stdlib encoder, with a Python `default` for
+    every UUID and timestamp, took a twentieth of the web's CPU per proposal), which writes
+    UUIDs, timestamps (full microseconds, as `isoformat`) and enums itself and hands the
+    rest (a Decimal, a duration, a lazy string) to Django's encoder. What orjson refuses
+    (an integer past 64 bits, which a tool's JSON may hold) the stdlib encoder writes."""
+    try:
+        return orjson.dumps(obj, default=_encode_other)
+    except orjson.JSONEncodeError:
+        return _encode(obj)
+
+
+_encode_other = _Encoder().default
 
 
 def insert_many(model, objs: list) -> list:
