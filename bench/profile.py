@@ -8,6 +8,10 @@ line per distinct stack, `frame;frame;...;frame count`) to `DIR/<group>-<pid>.tx
 a flame graph tool reads them. The summary adds each group's files up: the functions with
 the most samples in total (the function and all it called, each function counted once per
 stack) and on top of the stack (its own code).
+
+PostgreSQL's side, when the server loads pg_stat_statements (`shared_preload_libraries`;
+`Statements` says how otherwise): the statements of the phase with their calls, planning
+and execution time per effect, from the extension's counters reset as the phase starts.
 """
 
 from __future__ import annotations
@@ -100,6 +104,63 @@ class Profiled:
             lines.append("  own, highest:")
             for frame, n in own.most_common(top):
                 lines.append(f"  {n / total:5.0%}  {frame}")
+        return lines
+
+
+class Statements:
+    """pg_stat_statements over the `with` block, for the bench's database (the owner's
+    connection: creating the extension and resetting it need the owner)."""
+
+    TOP = 10
+
+    def __init__(self):
+        from django.db import connections
+
+        self.db = connections["owner"]
+        self.loaded, self.rows = False, []
+
+    def __enter__(self) -> Statements:
+        with self.db.cursor() as cursor:
+            cursor.execute("SHOW shared_preload_libraries")
+            self.loaded = "pg_stat_statements" in cursor.fetchone()[0]
+            if self.loaded:
+                cursor.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+                cursor.execute("SELECT pg_stat_statements_reset()")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if not self.loaded:
+            return
+        with self.db.cursor() as cursor:
+            cursor.execute(
+                r"""
+                SELECT s.calls, s.total_plan_time, s.total_exec_time,
+                       regexp_replace(left(s.query, 200), '\s+', ' ', 'g')
+                FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+                WHERE d.datname = current_database()
+                ORDER BY s.total_plan_time + s.total_exec_time DESC
+                """
+            )
+            self.rows = cursor.fetchall()
+
+    def summary(self, effects: int) -> list[str]:
+        if not self.loaded:
+            return [
+                "postgresql: pg_stat_statements is not loaded; to see each statement's time, "
+                "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements' and restart "
+                "the server (the embedded one: stop it, `make bench` starts it again)"
+            ]
+        total = sum(plan + run for _, plan, run, _ in self.rows) or 1
+        lines = [
+            f"postgresql: {total / effects:.3f} ms planning and executing per effect "
+            "(pg_stat_statements)",
+            "  calls/effect  plan ms  exec ms  share  statement (per effect)",
+        ]
+        for calls, plan, run, query in self.rows[: self.TOP]:
+            lines.append(
+                f"  {calls / effects:12.2f}  {plan / effects:7.3f}  {run / effects:7.3f}  "
+                f"{(plan + run) / total:5.0%}  {query[:90]}"
+            )
         return lines
 
 

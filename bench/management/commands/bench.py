@@ -48,7 +48,7 @@ from django.db import connection, connections
 
 from bench import loadgen, phases
 from bench.own_database import InOwnDatabase
-from bench.profile import Profiled, py_spy
+from bench.profile import Profiled, Statements, py_spy
 
 from .bench_queue import database_url
 
@@ -110,8 +110,9 @@ class Command(InOwnDatabase):
             phases.effects(agent, 200, clients)
             out(f"-- {n} effects from {clients} synchronous clients, one request each")
             profiled = Profiled(stack, opts["profile"]) if opts["profile"] else nullcontext()
+            statements = Statements() if opts["profile"] else nullcontext()
             meter = phases.Meter(stack, postmaster)
-            with loadgen.DepthWatch(stack) as depth, profiled:
+            with loadgen.DepthWatch(stack) as depth, profiled, statements:
                 t0 = time.monotonic()
                 keys, _, whole = phases.effects(agent, n, clients)
                 elapsed = time.monotonic() - t0
@@ -222,7 +223,7 @@ class Command(InOwnDatabase):
         out("BENCH_JSON " + json.dumps({r[0].strip(): r[1] for r in rows}))
         if opts["profile"]:
             out(f"\n-- where the CPU went in the effects phase (py-spy, {opts['profile']})")
-            for line in profiled.summary():
+            for line in [*profiled.summary(), *statements.summary(n)]:
                 out(line)
 
 
