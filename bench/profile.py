@@ -2,8 +2,9 @@
 measured effects phase, and the bench prints where each process group spent its CPU.
 
 py-spy (`pip install py-spy`; not a dependency) attaches to each running process from
-outside (`--nonblocking`: the process is never paused), samples only threads that are on the
-CPU (idle ones are left out by default), and writes collapsed stacks (`--format raw`: one
+outside (`--nonblocking`: the process is never paused), samples only the thread holding the
+GIL (`--gil`: a thread waiting on PostgreSQL or a socket, in C, is left out, so the samples
+are Python's CPU), and writes collapsed stacks (`--format raw`: one
 line per distinct stack, `frame;frame;...;frame count`) to `DIR/<group>-<pid>.txt`, where
 a flame graph tool reads them. The summary adds each group's files up: the functions with
 the most samples in total (the function and all it called, each function counted once per
