@@ -35,7 +35,7 @@ from core.errors import IdempotencyConflict, RunNotRunning
 from core.jsonsafe import problem_in
 from core.models import Tool, ToolEffect, ToolKind
 from runs import origin, selectors
-from runs.engine.dispatch import dispatch_leased, fits_in
+from runs.engine.dispatch import claim_for, dispatch_leased
 from runs.engine.leases import lease_for
 from runs.engine.mcp import split_arguments, take_answer
 from runs.models import Run
@@ -498,15 +498,10 @@ def call_tool(caller: Caller, name: str, arguments: dict | None, meta: dict) -> 
     deadline = time.monotonic() + wait
     # Waiting at least as long as the whole dispatch can take, the call is its own worker
     # (runs/claim.py), as `POST /runs/{id}/actions?wait=` is.
-    here = settings.DISPATCH_IN_REQUEST and fits_in(tool, wait)
+    claim = claim_for(tool, wait)
     try:
         with origin.proposing_from(origin.MCP, caller.client):
-            action, created, changed = action_propose(
-                idempotency_key=key,
-                claimer=DISPATCHER if here else None,
-                lease=lease_for(tool) if here else None,
-                **proposal,
-            )
+            action, created, changed = action_propose(idempotency_key=key, **claim, **proposal)
     except IdempotencyConflict:
         return Outcome(
             tool_error(

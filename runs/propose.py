@@ -239,18 +239,7 @@ def _keyed_proposal(
     return entry, params, action, _proposal_events(entry, action, actor=actor)
 
 
-def _propose_queued(
-    action_id,
-    *,
-    run,
-    key,
-    fingerprint,
-    approval_id,
-    reason,
-    actor: Actor,
-    unflushed: bool = False,
-    **binding,
-) -> Action | None:
+def _propose_queued(action_id, *, unflushed: bool = False, **proposal) -> Action | None:
     """The common proposal, one that goes straight to the queue (no approval presented, none
     required), written in ONE statement in autocommit: the key's ledger reservation, the
     action and both audit events, instead of a transaction of five round trips. The same
@@ -263,16 +252,7 @@ def _propose_queued(
     worker's lease (committed, and flushed, before any call; flushing it flushes this
     commit, written before it), or `action_flush`. A crash in between loses a proposal
     that nobody was told of and nothing acted on; its retry proposes it again."""
-    entry, params, action, (reserved, proposed) = _keyed_proposal(
-        action_id,
-        run=run,
-        key=key,
-        fingerprint=fingerprint,
-        approval_id=approval_id,
-        reason=reason,
-        actor=actor,
-        **binding,
-    )
+    entry, params, action, (reserved, proposed) = _keyed_proposal(action_id, **proposal)
     params["action_row"] = rows.record(action)
     params["reserved_row"], params["proposed_row"] = rows.record(reserved), rows.record(proposed)
     params["work_note"] = queued_note(action_id)
@@ -285,32 +265,12 @@ def _propose_queued(
     return action
 
 
-def _propose_claimed(
-    action_id,
-    *,
-    run,
-    key,
-    fingerprint,
-    approval_id,
-    reason,
-    actor: Actor,
-    claimer: Actor,
-    lease: timedelta,
-    **binding,
-) -> Action | None:
+def _propose_claimed(action_id, *, claimer: Actor, lease: timedelta, **proposal) -> Action | None:
     """The common proposal (`_propose_queued`'s), leased at once to `claimer`, who
     dispatches it: one statement (runs/claim.py) with the ledger entry `in_flight`. None when
     the key is already live."""
     entry, reserve, action, (reserved, proposed) = _keyed_proposal(
-        action_id,
-        run=run,
-        key=key,
-        fingerprint=fingerprint,
-        approval_id=approval_id,
-        reason=reason,
-        actor=actor,
-        status=LedgerStatus.IN_FLIGHT,
-        **binding,
+        action_id, status=LedgerStatus.IN_FLIGHT, **proposal
     )
     event, attempt = claimed(action, claimer=claimer, lease=lease)
     events = {"reserved": reserved, "proposed": proposed, "claimed": event}

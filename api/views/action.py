@@ -11,12 +11,10 @@ from rest_framework.response import Response
 from api import resources, schema, serializers
 from api.permissions import require_operator, require_principal
 from api.schema import errors_for, ok
-from core.audit import DISPATCHER
 from core.errors import ValidationFailed
 from core.models import Role, Tool
 from runs import decisions, presenters, selectors
-from runs.engine.dispatch import dispatch_leased, fits_in
-from runs.engine.leases import lease_for
+from runs.engine.dispatch import claim_for, dispatch_leased
 from runs.models import (
     IdempotencyConflict,
 )
@@ -105,7 +103,7 @@ def propose(request, pk):
     early = Early.listen(request, seconds)
     # Waiting at least as long as the whole dispatch can take, the request is its own
     # worker: it leases the new action to itself as it proposes it (runs/claim.py).
-    here = early is not None and settings.DISPATCH_IN_REQUEST and fits_in(found.tool, seconds)
+    claim = claim_for(found.tool, seconds) if early is not None else {}
     try:
         action, created, changed = action_propose(
             run=found.run,
@@ -120,8 +118,7 @@ def propose(request, pk):
             known=found,
             action_id=early and early.action_id,
             unflushed=early is not None,  # it answers after a flushed commit, or flushes
-            claimer=DISPATCHER if here else None,
-            lease=lease_for(found.tool) if here else None,
+            **claim,
         )
         if created and action.state == ActionState.DISPATCHING:  # claimed: dispatch it
             resource = _dispatched_here(action, principal, found.tool)

@@ -31,7 +31,7 @@ from ..models import Action, Attempt
 from ..moves import action_move, action_settle_dispatch
 from ..states import ActionState, AttemptKind, AttemptOutcome, FailureReason, Resolution
 from ..wakeup import wake_workers
-from .leases import action_lease
+from .leases import action_lease, lease_for
 from .protocol import CallResult, call_tool
 
 logger = logging.getLogger(__name__)
@@ -167,6 +167,15 @@ def fits_in(tool, seconds: float) -> bool:
     retries = settings.SAFE_RETRY_LIMIT
     worst = tool.timeout_seconds * (retries + 1) + settings.SAFE_RETRY_DELAY_SECONDS * retries
     return worst <= seconds
+
+
+def claim_for(tool, seconds: float) -> dict:
+    """`action_propose`'s arguments for a proposer that waits `seconds` for the outcome: it
+    claims its proposal and dispatches it itself (runs/claim.py) when that wait covers the
+    whole dispatch (`fits_in`) and DISPATCH_IN_REQUEST allows it; none otherwise."""
+    if settings.DISPATCH_IN_REQUEST and fits_in(tool, seconds):
+        return {"claimer": DISPATCHER, "lease": lease_for(tool)}
+    return {}
 
 
 def dispatch_leased(

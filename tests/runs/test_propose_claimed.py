@@ -3,11 +3,9 @@
 the test. The same rows as a worker's dispatch, one apply per key, and a request that dies
 mid-call leaves a lease that the sweeper hands to reconciliation."""
 
-import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connections
 from django.test import override_settings
 
 from core.audit import DISPATCHER
@@ -17,7 +15,7 @@ from runs.engine.leases import expire_leases
 from runs.models import Action, Run
 from runs.propose import action_propose
 
-from ..builders import agent_of, claimed_as_proposed
+from ..builders import agent_of, claimed_as_proposed, race
 from .scenarios import key, target
 
 
@@ -121,18 +119,7 @@ def test_a_lost_answer_is_reconciled_by_a_worker_while_the_request_waits(w):
 def test_racing_requests_for_one_new_key_apply_it_once(world):
     world.tool("update_ticket")
     run, k, t = world.start_run(), key(), target()
-    barrier, answers = threading.Barrier(6), []
-
-    def propose():
-        barrier.wait(5)
-        answers.append(_propose(world, run["id"], k, t, 10))
-        connections.close_all()
-
-    threads = [threading.Thread(target=propose) for _ in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
+    answers = race(6, lambda i: _propose(world, run["id"], k, t, 10))
     assert sorted(a.status_code for a in answers) == [200] * 5 + [201]
     assert {a.json()["id"] for a in answers} == {answers[0].json()["id"]}
     assert {a.json()["state"] for a in answers} == {"succeeded"}  # the losers waited for it
