@@ -17,6 +17,7 @@ import sys
 
 from bench import mcp, phases
 from bench.own_database import InOwnDatabase
+from bench.profile import Profiled, Statements, py_spy
 
 from .bench import in_own_database
 from .soak_mcp import mcp_stack, register
@@ -26,8 +27,12 @@ LABELS = {"mcp": "the upstream (demo MCP)", "web": "Takeover's web"}
 
 class Command(InOwnDatabase):
     help = "Overhead of a read-only MCP call through Takeover against the upstream directly."
-    knobs = {"calls": 500, "clients": 4, "rounds": 5}
-    helps = {"rounds": "turns the two ways take (the calls are shared among them)"}
+    knobs = {"calls": 500, "clients": 4, "rounds": 5, "profile": ""}
+    helps = {
+        "rounds": "turns the two ways take (the calls are shared among them)",
+        "profile": "a folder: py-spy samples every process during the calls through Takeover "
+        "(bench/profile.py), and the bench prints where each spent its CPU",
+    }
 
     def outer(self, argv, **opts):
         self.stdout.write("-- MCP overhead: a database of its own, migrating")
@@ -38,6 +43,8 @@ class Command(InOwnDatabase):
         from core.services import tool_declare
 
         out = self.stdout.write
+        if opts["profile"]:
+            py_spy()  # missing: say so before anything starts
         tenant, token, stack, upstream = mcp_stack("bench-mcp", env={}, say=out)
         try:
             tool = register(tenant, "search_tickets", upstream, "search_tickets", "status")
@@ -53,6 +60,8 @@ class Command(InOwnDatabase):
             ways = {"directly": (upstream, None), "through": (f"{stack.url}/mcp", token)}
             latencies = {way: [] for way in ways}
             spent = {way: {} for way in ways}  # CPU seconds, by process
+            profiled = Profiled(stack, opts["profile"]) if opts["profile"] else None
+            statements = Statements() if opts["profile"] else None
             # Each side warmed up first (a web process imports its URLs and starts the MCP
             # SDK on its first call): the CPU counted is the steady state's.
             for url, bearer in ways.values():
@@ -68,6 +77,10 @@ class Command(InOwnDatabase):
                     )
                     for part, seconds in meter.read()["cpu"].items():
                         spent[way][part] = spent[way].get(part, 0) + seconds
+            if profiled is not None:  # a round of its own, left out of the figures
+                url, bearer = ways["through"]
+                with profiled, statements:
+                    mcp.timed_calls(url, bearer, "search_tickets", args, clients=c, calls=per)
             direct, through = (mcp.summary(latencies[way]) for way in ways)
             calls = rounds * c * (per + 10)  # each round's warm-up calls count for CPU
         finally:
@@ -100,3 +113,7 @@ class Command(InOwnDatabase):
             f"of it = {a:.1f} ms directly, {b:.1f} ms through"
         )
         out(f"  load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+        if profiled is not None:
+            out(f"\n-- where the CPU went, one more round through ({opts['profile']})")
+            for line in [*profiled.summary(), *statements.summary(c * per)]:
+                out(line)
