@@ -66,7 +66,7 @@ def register(tenant, name, upstream_url, upstream_tool, target_argument, **optio
 
 class Command(InOwnDatabase):
     help = "MCP cut-stream soak: N calls, each cut after commit; prints effects and settlement."
-    knobs = {"calls": 1000, "clients": 8, "settle": 300.0, "client_cut": 0.3}
+    knobs = {"calls": 1000, "clients": 8, "settle": 300.0, "client_cut": 0.05}
     helps = {
         "client_cut": "the first try of each call drops its connection after this many seconds "
         "(0: never)"
