@@ -144,7 +144,7 @@ class Statements:
             )
             self.rows = cursor.fetchall()
 
-    def summary(self, effects: int) -> list[str]:
+    def summary(self, effects: int, unit: str = "effect") -> list[str]:
         if not self.loaded:
             return [
                 "postgresql: pg_stat_statements is not loaded; to see each statement's time, "
@@ -153,9 +153,9 @@ class Statements:
             ]
         total = sum(plan + run for _, plan, run, _ in self.rows) or 1
         lines = [
-            f"postgresql: {total / effects:.3f} ms planning and executing per effect "
+            f"postgresql: {total / effects:.3f} ms planning and executing per {unit} "
             "(pg_stat_statements)",
-            "  calls/effect  plan ms  exec ms  share  statement (per effect)",
+            f"  calls/{unit:<6}  plan ms  exec ms  share  statement (per {unit})",
         ]
         for calls, plan, run, query in self.rows[: self.TOP]:
             lines.append(

@@ -10,6 +10,10 @@ and passes through in the web request's own thread), the two ways taking turns
 (``--rounds``, default 5, each going first in every other round). Prints p50 and p99 of
 each and what Takeover adds (the aim: p99 added ≤ 15 ms), and the CPU each call costs every
 process either way: with more clients than CPUs, latency follows it. (bench/mcp.py)
+
+``--profile DIR`` (needs py-spy) runs one more round through Takeover, left out of the
+figures, with py-spy on every process and pg_stat_statements when the server loads it
+(bench/profile.py), and prints where each process spent its CPU.
 """
 
 import os
@@ -115,5 +119,5 @@ class Command(InOwnDatabase):
         out(f"  load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
         if profiled is not None:
             out(f"\n-- where the CPU went, one more round through ({opts['profile']})")
-            for line in [*profiled.summary(), *statements.summary(c * per)]:
+            for line in [*profiled.summary(), *statements.summary(c * per, "call")]:
                 out(line)
