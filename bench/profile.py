@@ -18,6 +18,7 @@ and execution time per effect, from the extension's counters reset as the phase 
 from __future__ import annotations
 
 import collections
+import contextlib
 import re
 import shutil
 import signal
@@ -26,6 +27,11 @@ import sys
 from pathlib import Path
 
 RATE = 250  # samples per second per process: one every 4 ms, finer than an effect's CPU
+# The commands' `--profile` option (bench, bench_mcp).
+OPTION_HELP = (
+    "a folder: py-spy samples every process during the measured phase (bench/profile.py), "
+    "and the bench prints where each spent its CPU"
+)
 
 # `name (path/to/file.py:123)` → `name (file.py)`: a function's lines are one function.
 _FRAME = re.compile(r"^(?P<name>.*?) \((?P<file>[^:)]*)(?::\d+)?\)$")
@@ -37,6 +43,27 @@ def py_spy() -> str:
     if found is None:
         raise RuntimeError("--profile needs py-spy: pip install py-spy")
     return found
+
+
+class Profile:
+    """`--profile DIR` over a `with` block: py-spy on every process of `stack` (`Profiled`)
+    and PostgreSQL's statements (`Statements`); `summary(n, unit)` afterwards, per `unit`
+    (`n` of them in the block)."""
+
+    def __init__(self, stack, folder: str | Path):
+        self.processes, self.statements = Profiled(stack, folder), Statements()
+        self._entered = contextlib.ExitStack()
+
+    def __enter__(self) -> Profile:
+        self._entered.enter_context(self.processes)
+        self._entered.enter_context(self.statements)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._entered.__exit__(*exc)
+
+    def summary(self, n: int, unit: str = "effect") -> list[str]:
+        return [*self.processes.summary(), *self.statements.summary(n, unit)]
 
 
 class Profiled:

@@ -82,6 +82,7 @@ class _Encoder(DjangoJSONEncoder):
 # One encoder for every row: `json.dumps(cls=...)` would build one per call (stateless and
 # safe to share across threads: each `encode` makes its own C encoder).
 _encode = _Encoder(separators=(",", ":")).encode
+_encode_other = _Encoder().default  # orjson's `default`: one value it does not write
 
 
 def _dumps(obj) -> bytes | str:
@@ -94,9 +95,6 @@ def _dumps(obj) -> bytes | str:
         return orjson.dumps(obj, default=_encode_other)
     except orjson.JSONEncodeError:
         return _encode(obj)
-
-
-_encode_other = _Encoder().default
 
 
 def insert_many(model, objs: list) -> list:

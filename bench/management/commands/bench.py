@@ -48,7 +48,7 @@ from django.db import connection, connections
 
 from bench import loadgen, phases
 from bench.own_database import InOwnDatabase
-from bench.profile import Profiled, Statements, py_spy
+from bench.profile import OPTION_HELP, Profile, py_spy
 
 from .bench_queue import database_url
 
@@ -67,10 +67,7 @@ class Command(InOwnDatabase):
         "pgbench_seconds": 15,
         "profile": "",
     }
-    helps = {
-        "profile": "a folder: py-spy samples every process during the measured effects phase "
-        "(bench/profile.py), and the bench prints where each spent its CPU",
-    }
+    helps = {"profile": OPTION_HELP}
     switches = ("skip_anchor",)
 
     def more_arguments(self, parser):
@@ -109,10 +106,9 @@ class Command(InOwnDatabase):
             out("-- warm-up: 200 effects")
             phases.effects(agent, 200, clients)
             out(f"-- {n} effects from {clients} synchronous clients, one request each")
-            profiled = Profiled(stack, opts["profile"]) if opts["profile"] else nullcontext()
-            statements = Statements() if opts["profile"] else nullcontext()
+            profile = Profile(stack, opts["profile"]) if opts["profile"] else None
             meter = phases.Meter(stack, postmaster)
-            with loadgen.DepthWatch(stack) as depth, profiled, statements:
+            with loadgen.DepthWatch(stack) as depth, profile or nullcontext():
                 t0 = time.monotonic()
                 keys, _, whole = phases.effects(agent, n, clients)
                 elapsed = time.monotonic() - t0
@@ -221,9 +217,9 @@ class Command(InOwnDatabase):
         for label, value, ratio in rows:
             out(f"  {label:<{width}}  {value:>18}  {ratio}")
         out("BENCH_JSON " + json.dumps({r[0].strip(): r[1] for r in rows}))
-        if opts["profile"]:
+        if profile is not None:
             out(f"\n-- where the CPU went in the effects phase (py-spy, {opts['profile']})")
-            for line in [*profiled.summary(), *statements.summary(n)]:
+            for line in profile.summary(n):
                 out(line)
 
 

@@ -21,7 +21,7 @@ import sys
 
 from bench import mcp, phases
 from bench.own_database import InOwnDatabase
-from bench.profile import Profiled, Statements, py_spy
+from bench.profile import OPTION_HELP, Profile, py_spy
 
 from .bench import in_own_database
 from .soak_mcp import mcp_stack, register
@@ -34,8 +34,7 @@ class Command(InOwnDatabase):
     knobs = {"calls": 500, "clients": 4, "rounds": 5, "profile": ""}
     helps = {
         "rounds": "turns the two ways take (the calls are shared among them)",
-        "profile": "a folder: py-spy samples every process during the calls through Takeover "
-        "(bench/profile.py), and the bench prints where each spent its CPU",
+        "profile": OPTION_HELP,
     }
 
     def outer(self, argv, **opts):
@@ -64,8 +63,7 @@ class Command(InOwnDatabase):
             ways = {"directly": (upstream, None), "through": (f"{stack.url}/mcp", token)}
             latencies = {way: [] for way in ways}
             spent = {way: {} for way in ways}  # CPU seconds, by process
-            profiled = Profiled(stack, opts["profile"]) if opts["profile"] else None
-            statements = Statements() if opts["profile"] else None
+            profile = Profile(stack, opts["profile"]) if opts["profile"] else None
             # Each side warmed up first (a web process imports its URLs and starts the MCP
             # SDK on its first call): the CPU counted is the steady state's.
             for url, bearer in ways.values():
@@ -81,9 +79,9 @@ class Command(InOwnDatabase):
                     )
                     for part, seconds in meter.read()["cpu"].items():
                         spent[way][part] = spent[way].get(part, 0) + seconds
-            if profiled is not None:  # a round of its own, left out of the figures
+            if profile is not None:  # a round of its own, left out of the figures
                 url, bearer = ways["through"]
-                with profiled, statements:
+                with profile:
                     mcp.timed_calls(url, bearer, "search_tickets", args, clients=c, calls=per)
             direct, through = (mcp.summary(latencies[way]) for way in ways)
             calls = rounds * c * (per + 10)  # each round's warm-up calls count for CPU
@@ -117,7 +115,7 @@ class Command(InOwnDatabase):
             f"of it = {a:.1f} ms directly, {b:.1f} ms through"
         )
         out(f"  load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-        if profiled is not None:
+        if profile is not None:
             out(f"\n-- where the CPU went, one more round through ({opts['profile']})")
-            for line in [*profiled.summary(), *statements.summary(c * (per + 10), "call")]:
+            for line in profile.summary(c * (per + 10), "call"):
                 out(line)
