@@ -20,7 +20,7 @@ def problem_body(slug: str, title: str, status: int, detail: str, **extra) -> di
 
 
 def _printable(value):
-    """Messages may echo the client's input ("\ud800" is not a valid choice): a lone
+    """Messages may echo the client's input ("\\ud800" is not a valid choice): a lone
     surrogate cannot be encoded as UTF-8, so it is written out as its escape, and the 400
     stays a 400 instead of failing to render."""
     if isinstance(value, str):

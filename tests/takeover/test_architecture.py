@@ -1,6 +1,7 @@
 """The shape of the code, held by tests: no import cycle among the project's modules, the
 apps depend in one direction, and no comment cites a document the repository lacks."""
 
+import ast
 import re
 import sys
 from pathlib import Path
@@ -126,6 +127,26 @@ def test_no_source_file_is_over_600_lines():
         and (n := len(p.read_text(errors="replace").splitlines())) > 600
     }
     assert long == {}
+
+
+DOCUMENTED = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+SURROGATE_ESCAPE = re.compile(r"\\(?:u|U0000)d[89a-f][0-9a-f]{2}", re.IGNORECASE)
+
+
+def test_no_docstring_holds_a_lone_surrogate():
+    """Python 3.13 cleans docstrings as it compiles them, through UTF-8: a `\\ud800` escape
+    in one makes the module fail to import there ("surrogates not allowed"). Write such an
+    escape with its backslash doubled in a docstring; in code, as a value, it is fine."""
+    # A UTF-8 file cannot hold a surrogate itself: only an escape can write one.
+    escaped = [p for p in CODE if p.suffix == ".py" and SURROGATE_ESCAPE.search(p.read_text())]
+    lone = [
+        f"{p.relative_to(ROOT)}:{getattr(node, 'lineno', 1)}"
+        for p in escaped
+        for node in ast.walk(ast.parse(p.read_text(), str(p)))
+        if isinstance(node, DOCUMENTED)
+        and re.search("[\ud800-\udfff]", ast.get_docstring(node, clean=False) or "")
+    ]
+    assert lone == []
 
 
 def test_no_comment_cites_a_document_outside_the_repository():
