@@ -46,7 +46,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection, connections
 
-from bench import loadgen, phases
+from bench import loadgen, phases, repeat
 from bench.own_database import InOwnDatabase
 from bench.profile import OPTION_HELP, Profile, py_spy
 
@@ -73,9 +73,33 @@ class Command(InOwnDatabase):
     def more_arguments(self, parser):
         parser.add_argument("--skip-queue", action="store_true")
         parser.add_argument("--skip-audit", action="store_true")
+        parser.add_argument(
+            "--repeat",
+            type=int,
+            default=1,
+            help="run the measured part this many times, each in a fresh database, and print "
+            "each figure's median and range (bench/repeat.py)",
+        )
 
     def outer(self, argv, **opts):
-        in_own_database("bench", "e2e", argv, say=self.stdout.write).check_returncode()
+        runs = []
+
+        def heard(line: str) -> None:
+            if line.startswith("BENCH_JSON "):
+                runs.append(json.loads(line.removeprefix("BENCH_JSON ")))
+
+        for i in range(max(1, opts["repeat"])):
+            if opts["repeat"] > 1:
+                self.stdout.write(f"\n-- run {i + 1} of {opts['repeat']}")
+            in_own_database(
+                "bench", "e2e", argv, say=self.stdout.write, on_line=heard
+            ).check_returncode()
+        if len(runs) > 1:
+            self.stdout.write(f"\n{len(runs)} runs, each figure's median (lowest–highest):")
+            rows = repeat.summary(runs)
+            width = max(len(label) for label, _ in rows)
+            for label, cell in rows:
+                self.stdout.write(f"  {label:<{width}}  {cell}")
         if not opts["skip_queue"]:
             self.stdout.write("\n-- the queue page (bench_queue)")
             call_command("bench_queue", stdout=self.stdout)
@@ -216,7 +240,12 @@ class Command(InOwnDatabase):
         width = max(len(r[0]) for r in rows)
         for label, value, ratio in rows:
             out(f"  {label:<{width}}  {value:>18}  {ratio}")
-        out("BENCH_JSON " + json.dumps({r[0].strip(): r[1] for r in rows}))
+        figures = {}
+        for label, value, ratio in rows:
+            figures[label.strip()] = value
+            if ratio.endswith("× TPC-B"):  # the ratio too, for `--repeat`'s medians
+                figures[f"{label.strip()} ÷ TPC-B"] = ratio.split()[0]
+        out("BENCH_JSON " + json.dumps(figures))
         if profile is not None:
             out(f"\n-- where the CPU went in the effects phase (py-spy, {opts['profile']})")
             for line in profile.summary(n):
@@ -274,10 +303,11 @@ def recreate_database(name: str) -> str:
 
 
 def in_own_database(
-    command: str, suffix: str, argv: list[str], *, say=None
+    command: str, suffix: str, argv: list[str], *, say=None, on_line=None
 ) -> subprocess.CompletedProcess:
     """Run `manage.py <command> --inner <argv>` on a fresh, migrated database of its own
-    (`<your database>_<suffix>`); `say` is told when it migrates."""
+    (`<your database>_<suffix>`); `say` is told when it migrates. `on_line` hears each line
+    the command prints (which still goes to this process's standard output)."""
     name = f"{connection.settings_dict['NAME']}_{suffix}"
     url = recreate_database(name)
     env = {**os.environ, "DATABASE_URL": url}
@@ -286,7 +316,16 @@ def in_own_database(
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "--no-input", "-v", "0"], env=env, check=True
     )
-    return subprocess.run([sys.executable, "manage.py", command, "--inner", *argv], env=env)
+    args = [sys.executable, "manage.py", command, "--inner", *argv]
+    if on_line is None:
+        return subprocess.run(args, env=env)
+    env["PYTHONUNBUFFERED"] = "1"  # each line as it is printed
+    with subprocess.Popen(args, env=env, stdout=subprocess.PIPE, text=True) as child:
+        for line in child.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            on_line(line.rstrip("\n"))
+    return subprocess.CompletedProcess(args, child.returncode)
 
 
 def pgbench_binary() -> str:
