@@ -189,3 +189,80 @@ def test_a_header_http_cannot_carry_is_an_httpx_error_and_nothing_is_sent(tool):
             reuse=True,
         )
     assert handler.seen == []
+
+
+BLOCKS = [
+    b"Content-Type: application/json\r\nContent-Length: 12\r\n\r\n",
+    b"Server: BaseHTTP/0.6\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\n"
+    b"X-Empty:\r\nX-Pad:  \t v  \r\n\r\n",
+    b"X-Latin: caf\xe9\r\nConnection: close\n\n",
+    b"X-Folded: one\r\n two\r\nContent-Length: 3\r\n\r\n",  # obs-fold
+    b"Content-Length : 3\r\nX-After: kept?\r\n\r\n",  # a space before the colon
+    b"no colon here\r\nContent-Length: 3\r\n\r\n",
+    b"From nobody\r\nContent-Length: 3\r\n\r\n",
+    b":empty-name\r\n\r\n",
+    b"X-Cr: a\rb\r\nTransfer-Encoding: chunked\r\n\r\n",
+    b"\r\n",
+    b"Content-Length: 3\r\n",  # the connection ended inside the block
+]
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+def test_an_answer_s_headers_read_as_the_standard_parser_reads_them(block):
+    """The header block of an answer (`keptalive._parse_headers`) is what
+    `http.client.parse_headers` makes of it, odd blocks included: the same names, values
+    and order, so framing (Content-Length, Transfer-Encoding, Connection) is decided alike."""
+    import http.client
+    import io
+
+    ours = keptalive._parse_headers(http.client._read_headers(io.BytesIO(block)))
+    standard = http.client.parse_headers(io.BytesIO(block))
+    assert isinstance(ours, http.client.HTTPMessage)
+    assert ours.items() == standard.items()
+    for name in ("content-length", "transfer-encoding", "connection", "set-cookie"):
+        assert ours.get_all(name) == standard.get_all(name)
+
+
+def test_an_answer_is_framed_by_its_headers_chunked_or_not():
+    """Through the real client and server: a chunked answer, a 204 and
+    a 100 Continue before the answer are each read whole and exactly."""
+    import http.server
+
+    class Odd(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            if self.path == "/chunked":
+                self.wfile.write(
+                    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
+                    b"Content-Type: application/json\r\n\r\n"
+                    b'5\r\n{"a":\r\n2\r\n1}\r\n0\r\n\r\n'
+                )
+            elif self.path == "/continue":
+                self.wfile.write(
+                    b"HTTP/1.1 100 Continue\r\nX-Ignored: yes\r\n\r\n"
+                    b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\nX-Folded: a\r\n b\r\n\r\nok"
+                )
+            else:
+                self.wfile.write(b"HTTP/1.1 204 No Content\r\nX-Nothing: 1\r\n\r\n")
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Odd)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        chunked = call(f"{base}/chunked")
+        assert (chunked.status_code, chunked.json()) == (200, {"a": 1})
+        continued = call(f"{base}/continue")
+        assert (continued.status_code, continued.content) == (201, b"ok")
+        assert continued.headers["x-folded"] == "a\r\n b"
+        assert "x-ignored" not in continued.headers
+        empty = call(f"{base}/empty")
+        assert (empty.status_code, empty.content, empty.headers["x-nothing"]) == (204, b"", "1")
+        assert call(f"{base}/chunked").json() == {"a": 1}  # the kept connection still frames
+    finally:
+        server.shutdown()
+        server.server_close()
