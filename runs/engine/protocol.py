@@ -16,6 +16,7 @@ percent-encoded, and a segment of dots only (`.`, `..`) entirely, so that no URL
 removes it as a dot segment and reads another resource.
 """
 
+import functools
 import json
 import time
 
@@ -35,7 +36,14 @@ from .answers import CallResult, Lookup, Read, lookup_applied
 def tool_url(tool, *segments: str) -> httpx.URL:
     """`{base_url}/a/b`, each segment exactly as meant (`signing.segment`)."""
     path = "/".join(signing.segment(s) for s in segments)
-    return httpx.URL(f"{tool.base_url.rstrip('/')}/{path}")
+    return _url(f"{tool.base_url.rstrip('/')}/{path}")
+
+
+@functools.lru_cache(maxsize=1024)
+def _url(text: str) -> httpx.URL:
+    """An httpx.URL is never changed once made (its `copy_with` makes another), so one per
+    text serves every call: an effect's URL is the same for every call to its tool."""
+    return httpx.URL(text)
 
 
 def send(action: Action, method: str, url: httpx.URL, body: dict | None = None):
