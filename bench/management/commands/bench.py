@@ -28,6 +28,11 @@ What it prints (bench/phases.py has the phases):
   '.[bench]'``; ``--skip-anchor`` to leave it out): DBOS Transact, one workflow with one
   step, in process, driven the same way on the same server (bench/dbos_anchor.py), and
   Takeover's ratio to it.
+- **the floor** (bench/floor.py; ``--skip-floor`` to leave it out): what an effect costs on
+  this stack with nothing of Takeover's in it (gunicorn and a bare WSGI function: the token
+  looked up, the intent committed, the demo downstream called, the outcome committed),
+  driven the same way on the same server, and Takeover's ratios to it: how much of
+  Takeover's cost is the stack's, and how much is Takeover's own.
 - then ``bench_queue``'s queue-page figures (``--skip-queue`` to leave them out), and
   ``bench_audit``'s audit log by one object at 1,000,000 events (``--skip-audit``).
 """
@@ -68,7 +73,7 @@ class Command(InOwnDatabase):
         "profile": "",
     }
     helps = {"profile": OPTION_HELP}
-    switches = ("skip_anchor",)
+    switches = ("skip_anchor", "skip_floor")
 
     def more_arguments(self, parser):
         parser.add_argument("--skip-queue", action="store_true")
@@ -121,6 +126,9 @@ class Command(InOwnDatabase):
         anchor = None
         if not opts["skip_anchor"]:
             anchor = run_anchor(opts["effects"], opts["clients"], say=out)
+        floor_figures = None
+        if not opts["skip_floor"] and opts["effects"]:
+            floor_figures = run_floor(opts["effects"], opts["clients"], say=out)
 
         clients, n = opts["clients"], opts["effects"]
         postmaster = phases.postmaster_pid()
@@ -234,6 +242,8 @@ class Command(InOwnDatabase):
                 )
         elif not opts["skip_anchor"]:
             rows.append(("DBOS anchor", "not installed", "pip install -e '.[bench]'"))
+        if floor_figures:
+            rows += floor_rows(floor_figures, tps=tps, eps=eps, own_ms=own_ms, costs=costs, n=n)
         out("")
         workers = opts["workers"]
         out(f"{n} effects, {clients} synchronous clients, {workers} workers, 2×8 web threads")
@@ -287,6 +297,46 @@ def run_anchor(effects: int, clients: int, say) -> dict | None:
     if done.returncode or not lines:
         raise CommandError("the DBOS anchor failed:\n" + done.stdout[-2000:] + done.stderr[-3000:])
     return json.loads(lines[-1].removeprefix("ANCHOR_JSON "))
+
+
+def run_floor(effects: int, clients: int, say) -> dict:
+    """bench/floor.py on a database of its own on this server, dropped after."""
+    from bench import floor
+
+    name = f"{connection.settings_dict['NAME']}_floor"
+    url = recreate_database(name)
+    try:
+        return floor.run(
+            url, effects=effects, clients=clients, postmaster=phases.postmaster_pid(), say=say
+        )
+    finally:
+        with psycopg.connect(admin_conninfo("postgres"), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def floor_rows(f: dict, *, tps: float, eps: float, own_ms: float, costs: dict, n: int) -> list:
+    """The floor's figures, and Takeover's against them (per process group as well: what
+    each part of Takeover adds to what the stack costs anyway)."""
+    cpu = f["cpu_ms"]
+    floor_own = cpu.get("web", 0) + cpu.get("postgresql", 0)
+    rows = [
+        (
+            "floor effects/s",
+            f"{f['effects_per_second']:,.1f}",
+            f"{f['effects_per_second'] / tps:.3f} × TPC-B",
+        ),
+        ("  Takeover / floor", f"{eps / f['effects_per_second']:.2f}", ""),
+        ("  floor write tx per effect", f"{f['xids_per_effect']:.2f}", ""),
+        ("  floor effect latency p50 / p99", f"{f['p50_ms']:.1f} / {f['p99_ms']:.1f} ms", ""),
+        ("  floor CPU per effect, all", f"{sum(cpu.values()):.2f} ms", ""),
+    ]
+    for part, ms in cpu.items():
+        ours = costs["cpu"].get(part, 0) / n * 1000
+        rows.append((f"  floor CPU per effect: {part}", f"{ms:.2f} ms", f"Takeover {ours:.2f} ms"))
+    rows.append(
+        ("  Takeover itself / floor, CPU", f"{own_ms / floor_own:.2f}", "web and PostgreSQL")
+    )
+    return rows
 
 
 def admin_conninfo(dbname: str) -> str:
