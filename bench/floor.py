@@ -1,7 +1,7 @@
 """The floor of `make bench`: what one effect costs on this stack with nothing of Takeover's
 in it, measured in the same run, so that Takeover's figures can be read against it.
 
-An effect here does only what SPEC's rules leave no way around, on the same pieces Takeover
+An effect here does only what the product's rules leave no way around, on the same pieces Takeover
 runs on: an HTTP request from the same client code into gunicorn (the same worker class,
 2 processes × 8 threads) and a WSGI function (no Django), its bearer token looked up (one
 indexed SELECT), the intent written under the key and committed, waiting for the disk,
@@ -39,7 +39,7 @@ CREATE TABLE floor_effect (
     key text PRIMARY KEY,
     target text NOT NULL,
     desired_state jsonb NOT NULL,
-    state text NOT NULL,
+    outcome text NOT NULL,
     created_at timestamptz NOT NULL,
     updated_at timestamptz NOT NULL
 );
@@ -77,7 +77,7 @@ def application(environ, start_response):
     key = environ.get("HTTP_IDEMPOTENCY_KEY", "")
     action_id = str(uuid.uuid4())
     written = conn.execute(
-        "INSERT INTO floor_effect (key, target, desired_state, state, created_at, updated_at) "
+        "INSERT INTO floor_effect (key, target, desired_state, outcome, created_at, updated_at) "
         "VALUES (%s, %s, %s, 'dispatching', now(), now()) "
         "ON CONFLICT (key) DO NOTHING RETURNING key",
         [key, body["target"], json.dumps(body["desired_state"])],
@@ -112,7 +112,7 @@ def application(environ, start_response):
         tool.close()
     state = "succeeded" if 200 <= response.status < 300 else "failed"
     conn.execute(
-        "UPDATE floor_effect SET state = %s, updated_at = now() WHERE key = %s", [state, key]
+        "UPDATE floor_effect SET outcome = %s, updated_at = now() WHERE key = %s", [state, key]
     )
     return _answer(start_response, "201 Created", {"id": action_id, "state": state})
 

@@ -68,7 +68,7 @@ def test_the_floor_writes_each_key_once_and_refuses_an_unknown_token(monkeypatch
         assert answers[1][1]["state"] == "succeeded" and answers[2][1]["state"] == "replayed"
         assert calls == [(floor.EFFECTS_PATH, "k1")]
         with psycopg.connect(url) as conn:
-            rows = conn.execute("SELECT key, state FROM floor_effect").fetchall()
+            rows = conn.execute("SELECT key, outcome FROM floor_effect").fetchall()
         assert rows == [("k1", "succeeded")]
     finally:
         tool.shutdown()
