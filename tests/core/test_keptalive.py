@@ -4,6 +4,7 @@ every time, never kept; calls with no side effect (`reuse=True`) on kept-alive c
 reused while fresh, never once the tool closed it or it idled past its second; and every new
 connection checked by the egress policy."""
 
+import contextlib
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -36,14 +37,23 @@ class Tool(BaseHTTPRequestHandler):
         pass
 
 
+@contextlib.contextmanager
+def serving(handler):
+    """A real HTTP server on localhost with `handler`; its base URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 @pytest.fixture
 def tool():
     handler = type("T", (Tool,), {"seen": []})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield handler, f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving(handler) as url:
+        yield handler, url
 
 
 def call(url: str, body: bytes = b"{}", reuse: bool = True) -> httpx.Response:
@@ -250,10 +260,7 @@ def test_an_answer_is_framed_by_its_headers_chunked_or_not():
         def log_message(self, *args):
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Odd)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
+    with serving(Odd) as base:
         chunked = call(f"{base}/chunked")
         assert (chunked.status_code, chunked.json()) == (200, {"a": 1})
         continued = call(f"{base}/continue")
@@ -263,6 +270,3 @@ def test_an_answer_is_framed_by_its_headers_chunked_or_not():
         empty = call(f"{base}/empty")
         assert (empty.status_code, empty.content, empty.headers["x-nothing"]) == (204, b"", "1")
         assert call(f"{base}/chunked").json() == {"a": 1}  # the kept connection still frames
-    finally:
-        server.shutdown()
-        server.server_close()
