@@ -23,9 +23,7 @@ import threading
 import time
 import uuid
 
-import psycopg
-
-from bench.loadgen import cpu_seconds, in_threads, percentile, server_cpu_seconds
+from bench.loadgen import cpu_seconds, in_threads, percentile, server_cpu_seconds, xmax
 
 
 def main(argv=None) -> int:
@@ -69,14 +67,6 @@ def main(argv=None) -> int:
 
     DBOS.launch()
 
-    def xmax() -> int:
-        with psycopg.connect(opts.url, autocommit=True) as conn:
-            return int(
-                conn.execute(
-                    "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint"
-                ).fetchone()[0]
-            )
-
     def cpu() -> float:
         server = server_cpu_seconds(opts.postmaster) if opts.postmaster else 0.0
         return cpu_seconds([os.getpid()]) + server
@@ -97,10 +87,10 @@ def main(argv=None) -> int:
 
     drive(200, f"warm-{uuid.uuid4().hex[:6]}")
     prefix = f"anchor-{uuid.uuid4().hex[:6]}"
-    x0, c0, t0 = xmax(), cpu(), time.monotonic()
+    x0, c0, t0 = xmax(opts.url), cpu(), time.monotonic()
     latencies = drive(opts.effects, prefix)
     elapsed = time.monotonic() - t0
-    c1, x1 = cpu(), xmax()
+    c1, x1 = cpu(), xmax(opts.url)
     if len(applied) != opts.effects + 200:
         raise SystemExit(f"the anchor applied {len(applied)} effects")
     t0 = time.monotonic()

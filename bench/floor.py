@@ -135,32 +135,18 @@ def run(url: str, *, effects: int, clients: int, postmaster: int | None, say) ->
             key_hash = hashlib.sha256(token.encode()).hexdigest()
             conn.execute("INSERT INTO floor_token VALUES (%s)", [key_hash])
     work_dir = Path(tempfile.mkdtemp(prefix="takeover-floor-"))
-    supervisor = Supervisor(grace=20)
-    listening, procs = threading.Event(), {}
-    tool = {}
-
-    def downstream_line(text: str) -> None:
-        if not listening.is_set() and "listening on" in text:
-            tool["url"] = text.strip().rsplit(" ", 1)[-1]
-            listening.set()
-
-    root = Path(__file__).resolve().parent.parent
+    supervisor, procs = Supervisor(grace=20), {}
     try:
-        procs["tool (demo downstream)"] = supervisor.start(
-            "floor-downstream",
-            [sys.executable, str(root / "demo/downstream.py"), "--port", "0", "--quiet"],
-            env=dict(os.environ),
-            on_line=downstream_line,
+        procs["tool (demo downstream)"], tool_url = loadgen.start_downstream(
+            supervisor, "floor-downstream", env=dict(os.environ)
         )
-        if not listening.wait(30):
-            raise RuntimeError("the demo downstream did not start")
-        loadgen.LeanClient(tool["url"], {}).post("/_control/secrets", json={"secret": SECRET})
+        loadgen.LeanClient(tool_url, {}).post("/_control/secrets", json={"secret": SECRET})
         port = loadgen.free_port()
         env = {
             **os.environ,
             "FLOOR_DATABASE_URL": url,
-            "FLOOR_TOOL": urlsplit(tool["url"]).netloc,
-            "PYTHONPATH": str(root),
+            "FLOOR_TOOL": urlsplit(tool_url).netloc,
+            "PYTHONPATH": str(loadgen.ROOT),
         }
         say(f"-- the floor: {effects} effects from {clients} synchronous clients")
         procs["web"] = supervisor.start(
@@ -206,10 +192,10 @@ def run(url: str, *, effects: int, clients: int, postmaster: int | None, say) ->
             return parts
 
         drive(200)
-        x0, c0, t0 = _xmax(url), cpu(), time.monotonic()
+        x0, c0, t0 = loadgen.xmax(url), cpu(), time.monotonic()
         latencies = drive(effects)
         elapsed = time.monotonic() - t0
-        c1, x1 = cpu(), _xmax(url)
+        c1, x1 = cpu(), loadgen.xmax(url)
     finally:
         supervisor.stop(list(procs.values()))
     per = {part: (c1[part] - c0[part]) / effects * 1000 for part in c1}
@@ -238,12 +224,3 @@ def _wait_ready(url: str, web, work_dir: Path, timeout: float = 60) -> None:
         if time.monotonic() > deadline:
             raise RuntimeError("the floor's gunicorn did not come up")
         time.sleep(0.2)
-
-
-def _xmax(url: str) -> int:
-    with psycopg.connect(url, autocommit=True) as conn:
-        return int(
-            conn.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint").fetchone()[
-                0
-            ]
-        )

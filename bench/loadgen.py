@@ -35,6 +35,34 @@ from takeover.supervisor import Child, Supervisor, proc_stat
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def start_downstream(supervisor: Supervisor, name: str, *, env: dict) -> tuple[Child, str]:
+    """The demo downstream (demo/downstream.py) on a free port under `supervisor`, and the
+    URL it says it listens on; stopped again if it says nothing within 30 s."""
+    heard, said = threading.Event(), []
+
+    def line(text: str) -> None:
+        if not heard.is_set() and "listening on" in text:
+            said.append(text.strip().rsplit(" ", 1)[-1])
+            heard.set()
+
+    argv = [sys.executable, str(ROOT / "demo/downstream.py"), "--port", "0", "--quiet"]
+    child = supervisor.start(name, argv, env=env, on_line=line)
+    if not heard.wait(30):
+        supervisor.stop([child])
+        raise RuntimeError("the demo downstream did not start")
+    return child, said[0]
+
+
+def xmax(url: str) -> int:
+    """The server's next transaction id: write transactions are counted as its difference
+    (a read assigns none)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint")
+        return int(row.fetchone()[0])
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -89,22 +117,9 @@ class Stack:
 
     def start(self) -> Stack:
         py = sys.executable
-        listening = threading.Event()
-
-        def downstream_line(text: str) -> None:
-            if not listening.is_set() and "listening on" in text:
-                self.downstream_url = text.strip().rsplit(" ", 1)[-1]
-                listening.set()
-
-        self.procs["downstream"] = self.supervisor.start(
-            "downstream",
-            [py, str(ROOT / "demo/downstream.py"), "--port", "0", "--quiet"],
-            env=self.env,
-            on_line=downstream_line,
+        self.procs["downstream"], self.downstream_url = start_downstream(
+            self.supervisor, "downstream", env=self.env
         )
-        if not listening.wait(30):
-            self.stop()
-            raise RuntimeError("the demo downstream did not start")
         self._proc(
             "web",
             [

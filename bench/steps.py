@@ -150,26 +150,9 @@ def measure(effects: int, batches: int, say=print) -> list[tuple[str, float]]:
     from takeover.supervisor import Supervisor
 
     supervisor = Supervisor(grace=10)
-    heard: dict = {}
-
-    def line(text: str) -> None:
-        if "listening on" in text:
-            heard["url"] = text.strip().rsplit(" ", 1)[-1]
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    downstream = supervisor.start(
-        "steps-downstream",
-        [sys.executable, os.path.join(root, "demo/downstream.py"), "--port", "0", "--quiet"],
-        env=dict(os.environ),
-        on_line=line,
-    )
+    downstream, url = loadgen.start_downstream(supervisor, "steps-downstream", env=dict(os.environ))
     try:
-        deadline = time.monotonic() + 30
-        while "url" not in heard:
-            if time.monotonic() > deadline or not downstream.running():
-                raise RuntimeError("the demo downstream did not start")
-            time.sleep(0.05)
-        here = InProcess(heard["url"])
+        here = InProcess(url)
         backend = _local_backend(connection)
         for i in range(100):
             here.propose(f"warm-{i}")
