@@ -30,8 +30,7 @@ from collections import Counter
 
 STEPS = (
     ("authentication", "api.auth", "BearerTokenAuthentication.authenticate"),
-    ("  its token lookup", "api.auth", "token_lookup"),
-    ("the proposal's lookup", "runs.selectors", "propose_lookup"),
+    ("  its lookup, the token's and the proposal's", "runs.selectors", "token_propose_lookup"),
     ("validation", "api.views.action", "valid"),
     ("the proposal, written claimed", "api.views.action", "action_propose"),
     ("  its one statement", "runs.propose", "insert_claimed"),

@@ -20,7 +20,8 @@ from django.db.models import Prefetch
 from django.http import Http404
 from django.utils import timezone
 
-from core.models import Tool
+from core.access import TOKEN_COLUMNS, TOKEN_FROM, TOKEN_WHERE, TOKEN_WIDTH, token_of
+from core.models import ApiToken, Tool
 from core.plans import InConstants
 from core.rows import columns, instance, width
 
@@ -62,14 +63,27 @@ JOIN core_tool t ON t.id = a.tool_id
 LEFT JOIN auth_user u ON u.id = a.claimed_by_id
 """  # noqa: S608
 
-PROPOSE_LOOKUP = f"""
+
+def _propose_lookup(principal: str) -> str:
+    return f"""
 SELECT {columns(Run, "r")}, {columns(Tool, "t")}, e.fingerprint, d.*
 FROM runs_run r
 LEFT JOIN core_tool t ON t.tenant_id = r.tenant_id AND t.name = %(tool)s
 LEFT JOIN ledger_ledgerentry e
   ON e.tenant_id = r.tenant_id AND e.key = %(key)s AND e.revoked_at IS NULL
 LEFT JOIN LATERAL ({ACTION_DETAIL} WHERE a.id = e.action_id) d ON true
-WHERE r.id = %(run)s AND r.principal_id = %(principal)s
+WHERE r.id = %(run)s AND r.principal_id = {principal}
+"""  # noqa: S608
+
+
+PROPOSE_LOOKUP = _propose_lookup("%(principal)s")
+# The bearer token's lookup (core.access) and the proposal's, for the token's principal, in
+# one statement: the token's columns, then the proposal's (all NULL when it finds no run).
+TOKEN_PROPOSE_LOOKUP = f"""
+SELECT {TOKEN_COLUMNS}, found.*
+FROM {TOKEN_FROM}
+LEFT JOIN LATERAL ({_propose_lookup("p.id")}) found ON true
+WHERE {TOKEN_WHERE}
 """  # noqa: S608
 
 
@@ -127,7 +141,7 @@ def action_state(pk) -> str | None:
     return row[0] if row else None
 
 
-@dataclass
+@dataclass(frozen=True)
 class ProposeLookup:
     run: Run | None
     tool: Tool | None
@@ -136,19 +150,43 @@ class ProposeLookup:
     resource: dict | None  # the action as the API shows it
 
 
+NOTHING_FOUND = ProposeLookup(None, None, None, None, None)
+
+
 def propose_lookup(*, run_id, principal, tool_name: str, key: str) -> ProposeLookup:
     try:
         run_id = uuid.UUID(str(run_id))
     except ValueError:
-        return ProposeLookup(None, None, None, None, None)
+        return NOTHING_FOUND
     with connection.cursor() as cursor:
         cursor.execute(
             PROPOSE_LOOKUP,
             {"run": run_id, "principal": principal.pk, "tool": tool_name, "key": key},
         )
         row = cursor.fetchone()
+    return NOTHING_FOUND if row is None else _found(row, principal)
+
+
+def token_propose_lookup(
+    key_hash: str, now, *, run_id: uuid.UUID, tool_name: str, key: str
+) -> tuple[ApiToken | None, ProposeLookup | None]:
+    """`core.access.token_lookup` and, for the token's principal, `propose_lookup`, in one
+    statement. The lookup is None when the token is not a principal's."""
+    params = {"key_hash": key_hash, "now": now, "run": run_id, "tool": tool_name, "key": key}
+    with connection.cursor() as cursor:
+        cursor.execute(TOKEN_PROPOSE_LOOKUP, params)
+        row = cursor.fetchone()
     if row is None:
-        return ProposeLookup(None, None, None, None, None)
+        return None, None
+    token = token_of(row)
+    if token.principal is None:
+        return token, None
+    found = row[TOKEN_WIDTH:]
+    return token, NOTHING_FOUND if found[0] is None else _found(found, token.principal)
+
+
+def _found(row, principal) -> ProposeLookup:
+    """PROPOSE_LOOKUP's row, as what it found."""
     nr, nt = width(Run), width(Tool)
     run = instance(Run, row[:nr])
     run.tenant, run.principal = principal.tenant, principal

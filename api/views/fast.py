@@ -88,9 +88,11 @@ def _served(request, method: str, params: frozenset) -> bool:
     return True
 
 
-def fast(*params: str):
+def fast(*params: str, lookup=None):
     """Serve an `endpoint` view's plain requests (its one method, a bearer token, these
-    query `params`) without DRF; the rest through DRF."""
+    query `params`) without DRF; the rest through DRF. `lookup(call, **kwargs)`: the token's
+    lookup for authentication to use on this request (or None, for the plain one), when the
+    view reads more in the same statement."""
     allowed = frozenset(params)
 
     def wrap(view):
@@ -104,7 +106,9 @@ def fast(*params: str):
                 return view(request, *args, **kwargs)
             call = Call(request)
             try:
-                caller, _token = _authenticator.authenticate(request)  # a header: never None
+                caller, _token = _authenticator.authenticate(  # a header: never None
+                    request, lookup and lookup(call, *args, **kwargs)
+                )
                 call.user = request.user = caller
                 response = func(call, *args, **kwargs)
             except Exception as exc:

@@ -4,7 +4,9 @@ answers as the DRF view gives, and everything else still through DRF and the con
 chain."""
 
 from django.contrib.auth import get_user_model
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from ..conftest import problem
 
@@ -85,3 +87,51 @@ def test_an_operators_console_session_still_reads_the_api(world):
         f"/api/v1/actions/{action['id']}/acknowledge", {}, content_type="application/json"
     )
     assert refused.status_code == 403
+
+
+def test_a_ledger_hit_is_one_statement_the_tokens_lookup_and_the_proposals(world):
+    """`fast` reads the token and the proposal's run, tool and key together
+    (runs.selectors.token_propose_lookup): a ledger hit writes nothing and reads once."""
+    world.tool("update_ticket")
+    run = world.start_run()
+    body = {"tool": "update_ticket", "target": "t", "desired_state": {"note": "done"}}
+    path = f"/api/v1/runs/{run['id']}/actions"
+    client = world.agent.client()
+    # Proposed and awaited in one request: dispatched by it and settled.
+    action = client.post(f"{path}?wait=10", body, format="json", HTTP_IDEMPOTENCY_KEY="k-hit")
+    assert action.status_code == 201 and action.json()["state"] == "succeeded", action.content
+    with CaptureQueriesContext(connection) as queries:
+        hit = client.post(path, body, format="json", HTTP_IDEMPOTENCY_KEY="k-hit")
+    assert hit.status_code == 200 and hit.json()["id"] == action.json()["id"], hit.content
+    assert hit.json()["replayed"] is True
+    (only,) = queries.captured_queries
+    assert "core_apitoken" in only["sql"] and "ledger_ledgerentry" in only["sql"]
+    # The tool named with spaces around it: the same tool once validated, read as early.
+    spaced = {**body, "tool": " update_ticket "}
+    with CaptureQueriesContext(connection) as queries:
+        again = client.post(path, spaced, format="json", HTTP_IDEMPOTENCY_KEY="k-hit")
+    assert again.status_code == 200 and again.json()["id"] == action.json()["id"], again.content
+    assert len(queries.captured_queries) == 1
+
+
+def test_a_bad_token_is_a_401_whatever_the_body(world):
+    """The body and the key are peeked at before authentication only to read beside the
+    token; what is wrong with them still answers after it."""
+    run, _ = _action(world)
+    path = f"/api/v1/runs/{run['id']}/actions"
+    stranger = Client(HTTP_AUTHORIZATION="Bearer not-a-token")
+    for body, headers in [
+        ({"tool": "update_ticket", "target": "t", "desired_state": {}}, {"k": "k-1"}),
+        ({"tool": "a\x00b", "target": "t", "desired_state": {}}, {"k": "k-2"}),
+        ({"tool": "update_ticket"}, {"k": "\x01"}),
+        ([1, 2], {"k": "k-3"}),
+    ]:
+        response = stranger.post(
+            path, body, content_type="application/json", HTTP_IDEMPOTENCY_KEY=headers["k"]
+        )
+        assert response.status_code == 401, (body, response.content)
+    # Another tenant's agent, naming this run: its run is not found, whatever it holds.
+    other = world.other_agent.client()
+    body = {"tool": "update_ticket", "target": "t", "desired_state": {}}
+    response = other.post(path, body, format="json", HTTP_IDEMPOTENCY_KEY="k-fast")
+    assert response.status_code == 404, response.content

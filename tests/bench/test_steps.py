@@ -28,6 +28,6 @@ def test_every_step_is_on_an_effect_s_path_and_the_parts_add_up():
         assert rows[label] > 0, f"{label.strip()}: never called on an effect's path"
     # The top-level steps do not overlap: together they are less than the whole request.
     assert rows["the rest"] > 0
-    assert rows["  its token lookup"] <= rows["authentication"]
+    assert rows["  its lookup, the token's and the proposal's"] <= rows["authentication"]
     assert rows["  the tool call"] + rows["  the settle"] <= rows["the dispatch"]
     assert {(m, p): _function(m, p) for _, m, p in STEPS} == before

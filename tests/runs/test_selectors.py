@@ -8,12 +8,16 @@
 """
 
 import re
+import uuid
 
 from django.test import Client
+from django.utils import timezone
 
+from core.access import token_lookup
+from core.models import hash_token
 from runs import presenters
 from runs.models import Action
-from runs.selectors import action_view, propose_lookup
+from runs.selectors import NOTHING_FOUND, action_view, propose_lookup, token_propose_lookup
 from tests.builders import (
     PASSWORD,
     make_awaiting,
@@ -43,6 +47,37 @@ def test_the_one_statement_action_view_equals_the_orm_presenter(live_db, downstr
     )
     assert hit.resource == expected
     assert action_view(action.pk, tenant_id=world.other_tenant.pk) is None  # not in scope
+
+
+def test_the_token_and_the_proposal_read_together_are_each_read_alone(live_db, downstream):
+    world = make_world(downstream)
+    action = make_needs_human(world)
+    now = timezone.now()
+    agent, admin = hash_token(world.agent.token), hash_token(world.admin.token)
+    principal = token_lookup(agent, now).principal
+    run, tool, key = action.run_id, action.tool.name, action.idempotency_key
+    cases = [
+        (run, tool, key),  # a hit: the action and its resource
+        (run, tool, "a-key-nobody-used"),
+        (run, "no-such-tool", key),
+        (uuid.uuid4(), tool, key),  # no such run
+    ]
+    for run_id, name, key_ in cases:
+        token, found = token_propose_lookup(agent, now, run_id=run_id, tool_name=name, key=key_)
+        assert token == token_lookup(agent, now) and token.principal == principal
+        assert token.principal.tenant == principal.tenant
+        alone = propose_lookup(run_id=run_id, principal=principal, tool_name=name, key=key_)
+        assert found == alone, (run_id, name, key_)
+    assert found == NOTHING_FOUND
+    hit = token_propose_lookup(agent, now, run_id=run, tool_name=tool, key=key)[1]
+    assert hit.action == action and hit.resource["id"] == str(action.pk)
+    # Another principal's token finds nothing of this run; an operator's reads no proposal.
+    other = hash_token(world.other_agent.token)
+    assert token_propose_lookup(other, now, run_id=run, tool_name=tool, key=key)[1] == NOTHING_FOUND
+    token, found = token_propose_lookup(admin, now, run_id=run, tool_name=tool, key=key)
+    assert token.user_id is not None and token.principal is None and found is None
+    gone = hash_token("no-such-token")
+    assert token_propose_lookup(gone, now, run_id=run, tool_name=tool, key=key) == (None, None)
 
 
 def test_the_api_and_the_console_show_the_same_queue(live_db, downstream):
