@@ -90,9 +90,9 @@ def _served(request, method: str, params: frozenset) -> bool:
 
 def fast(*params: str, lookup=None):
     """Serve an `endpoint` view's plain requests (its one method, a bearer token, these
-    query `params`) without DRF; the rest through DRF. `lookup(call, **kwargs)`: the token's
-    lookup for authentication to use on this request (or None, for the plain one), when the
-    view reads more in the same statement."""
+    query `params`) without DRF; the rest through DRF. `lookup(call, *args, **kwargs)`: the
+    token's lookup for authentication to use on this request (or None, for the plain one),
+    when the view reads more in the same statement."""
     allowed = frozenset(params)
 
     def wrap(view):
