@@ -117,7 +117,7 @@ def propose(request, pk):
     # token when the request came by `fast`). A ledger hit is answered from it without
     # another query and without writing anything.
     read = getattr(request, "found_with_token", None)
-    if read is not None and read[:2] == (fields["tool"], key) and read[2] is not None:
+    if read is not None and read[:2] == (fields["tool"], key):  # a principal's: read[2] is set
         found = read[2]
     else:
         found = selectors.propose_lookup(
