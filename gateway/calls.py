@@ -42,7 +42,7 @@ from runs.models import Run
 from runs.propose import action_propose, read_claimed
 from runs.runtime import run_start
 from runs.states import IN_PROGRESS, ActionState, RunStatus, Trigger
-from runs.waits import WaitRefused, waiters
+from runs.waits import WaitRefused, waiters, watch
 
 KEY_META = "io.takeover/idempotency-key"
 RUN_META = "io.takeover/run"
@@ -350,7 +350,9 @@ def wait_for(caller: Caller, action_id, seconds: float):
         return view
     try:
         deadline = time.monotonic() + seconds
-        view = selectors.action_view(action_id, principal_id=principal_id)
+        # Marked, its settle is announced; read again only if it moved since the first read.
+        if watch(action_id) != view[0].state:
+            view = selectors.action_view(action_id, principal_id=principal_id)
         while view[0].state in IN_PROGRESS:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not event.wait(remaining):

@@ -11,9 +11,11 @@ statement also takes the key's ledger entry, `in_flight` from the start, and wri
 at all when the key is live already.
 
 No worker is told of such an action (none could lease it: it is never `queued` once
-committed). Should its proposer die, the lease runs out and the sweeper hands the action to
-reconciliation, as for any worker lost mid-dispatch. An effect's statement commits the usual
-way, waiting for the disk: the intent is durable before any byte goes out.
+committed), and it is written unwatched: its proposer waits for it in its own thread, so its
+settle notifies no `?wait` listener unless someone else marks it (runs.waits). Should its
+proposer die, the lease runs out and the sweeper hands the action to reconciliation, as for
+any worker lost mid-dispatch. An effect's statement commits the usual way, waiting for the
+disk: the intent is durable before any byte goes out.
 """
 
 from datetime import timedelta
@@ -96,6 +98,7 @@ def claimed(action: Action, *, claimer: Actor, lease: timedelta) -> tuple[AuditE
     check_move(ActionState.QUEUED, ActionState.DISPATCHING)
     now = timezone.now()
     action.state, action.lease_expires_at = ActionState.DISPATCHING, now + lease
+    action.watched = False  # its claimer waits in its own thread (runs.waits)
     event = AuditEvent(
         **audit_fields(
             actor=claimer,

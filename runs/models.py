@@ -156,6 +156,12 @@ class Action(models.Model):
     acknowledged_at = models.DateTimeField(null=True, blank=True)
     acknowledged_by = models.JSONField(null=True, blank=True)
     acknowledge_note = models.TextField(blank=True, default="")
+    # Whether its settle is announced to the `?wait` listeners (runs.waits): true but for an
+    # action its proposer claimed for itself (runs.claim), who waits for it in its own
+    # thread; anyone else who waits for such an action marks it first (`runs.waits.watch`).
+    # NULL reads as true: it is what the previous release's inserts write (they build the
+    # row with jsonb_populate_record, which knows no default), so the column may be null.
+    watched = models.BooleanField(null=True, default=True, db_default=True)
     # The read of the authoritative state an operator's resolve was decided on.
     resolved_on_read = models.ForeignKey(
         "Reconciliation",

@@ -106,7 +106,7 @@ def action_move(
 
     A conditional UPDATE checked by row count: the loser of a race gets False and changes
     nothing. Writes the audit event and mirrors the ledger in the same transaction, and
-    tells `?wait` listeners when the action leaves the in-progress states.
+    tells `?wait` listeners (a watched action's) when it leaves the in-progress states.
 
     `declared`: the tool's effect declaration, for a move that only a declaration allows
     (`states.DECLARED_MOVES`: a resend); `note`: more for the audit event's `after`.
@@ -164,7 +164,7 @@ WITH attempt AS (
         next_reconcile_at = %(next_reconcile_at)s, resolution = %(resolution)s,
         failure_reason = %(failure_reason)s
     WHERE id = %(action)s AND state = 'dispatching' AND EXISTS (SELECT 1 FROM attempt)
-    RETURNING id, tenant_id, ledger_entry_id
+    RETURNING id, tenant_id, ledger_entry_id, watched
 ), ledger AS (
     UPDATE ledger_ledgerentry SET status = %(ledger_status)s, updated_at = %(now)s
     WHERE id = (SELECT ledger_entry_id FROM moved)
@@ -179,7 +179,7 @@ WITH attempt AS (
     FROM moved
     RETURNING id
 ), notified AS (
-    SELECT pg_notify(%(channel)s, id::text) FROM moved WHERE %(notify)s
+    SELECT pg_notify(%(channel)s, id::text) FROM moved WHERE %(notify)s AND watched IS NOT FALSE
 )
 SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM attempt),
        (SELECT count(*) FROM ledger), (SELECT count(*) FROM audited),
@@ -363,7 +363,7 @@ WITH moved AS (
     SET state = %(to)s, updated_at = greatest(%(now)s, a.updated_at),
         resolution = %(resolution)s, next_reconcile_at = NULL
     WHERE a.id = %(action)s AND a.state = %(source)s
-    RETURNING a.id, a.tenant_id, a.ledger_entry_id, a.expected_version, a.updated_at
+    RETURNING a.id, a.tenant_id, a.ledger_entry_id, a.expected_version, a.updated_at, a.watched
 ), recorded AS (
     INSERT INTO runs_reconciliation
         (action_id, at, authoritative, verdict, diff, expected_version, actual_version,
@@ -386,7 +386,7 @@ WITH moved AS (
     FROM moved
     RETURNING id
 ), notified AS (
-    SELECT pg_notify(%(channel)s, id::text) FROM moved
+    SELECT pg_notify(%(channel)s, id::text) FROM moved WHERE watched IS NOT FALSE
 )
 SELECT m.updated_at, (SELECT count(*) FROM recorded), (SELECT count(*) FROM ledger),
        (SELECT count(*) FROM audited), (SELECT count(*) FROM notified)

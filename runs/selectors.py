@@ -133,14 +133,6 @@ def action_view(pk, *, tenant_id=None, principal_id=None) -> tuple[Action, dict]
     return _action_view(row) if row else None
 
 
-def action_state(pk) -> str | None:
-    """An action's state alone: one primary-key lookup, nothing joined or built."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT state FROM runs_action WHERE id = %s", [pk])
-        row = cursor.fetchone()
-    return row[0] if row else None
-
-
 @dataclass(frozen=True)
 class ProposeLookup:
     run: Run | None

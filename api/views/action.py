@@ -20,7 +20,7 @@ from runs.models import (
 )
 from runs.propose import action_flush, action_propose
 from runs.states import IN_PROGRESS, OPEN_FOR_HUMANS, ActionState
-from runs.waits import WaitRefused, waiters
+from runs.waits import WaitRefused, waiters, watch
 
 from .common import (
     JSON_NUMBER,
@@ -259,11 +259,11 @@ def wait_for_settle(request, pk, seconds: float, known=None, early: Early | None
     """The action, held until it leaves the in-progress states or `seconds` pass.
 
     No poll loop: the request sleeps on an event that the process's LISTEN thread sets when
-    the action's settling transaction commits (`runs.waits`). It listens before its first
-    read, so a settle in between is seen. `known` is a view this request has just read (a
-    proposal's answer): then that first read is of the state alone, and the whole view is
-    read again only if the state moved; `early`, registered before the action was written,
-    makes that first read needless (its caller closes it). Over the per-principal or
+    the action's settling transaction commits (`runs.waits`). It listens, then marks the
+    action watched (`watch`, which reads its state), so a settle in between is seen. `known`
+    is a view this request has just read (a proposal's answer): the whole view is read again
+    only if the mark found the state moved; `early`, registered before the action was
+    written watched, needs neither (its caller closes it). Over the per-principal or
     per-process cap it answers at once with the current state."""
     caller = request.user
     key = _wait_key(caller)
@@ -275,9 +275,11 @@ def wait_for_settle(request, pk, seconds: float, known=None, early: Early | None
         return view
     try:
         deadline = time.monotonic() + seconds
-        if early or (known is not None and selectors.action_state(pk) == known[0].state):
-            view = known
-        else:
+        view = known or action_view_for(caller, pk)  # one it cannot see is a 404 first
+        # Marked, its settle is announced (runs.waits); the state as of the mark says whether
+        # the view read before it is still the one to wait on.
+        in_progress = view[0].state in IN_PROGRESS
+        if in_progress and not (early and view[0].watched) and watch(pk) != view[0].state:
             view = action_view_for(caller, pk)
         while view[0].state in IN_PROGRESS:
             remaining = deadline - time.monotonic()

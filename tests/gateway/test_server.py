@@ -112,3 +112,30 @@ def test_a_named_run_and_a_finished_one(world, worker, mcp_url):
     args["target"] += "-2"
     finished = run(call)
     assert finished.is_error and "only a running run may propose" in finished.content[0].text
+
+
+def test_a_lost_answer_is_reconciled_while_the_call_waits(world, worker, mcp_url):
+    """The call dispatches its own effect (claimed, so written unwatched); the answer is
+    lost and the call's own round of reads fails, so it waits for a worker's next round:
+    its wait marks the action, and the reconciled settle wakes it within the call's wait
+    (runs.waits)."""
+    world.tool("update_ticket", "tickets")
+    target = f"T-{uuid.uuid4().hex[:8]}"
+    world.downstream.fault("drop_after_commit", target=target)
+    world.downstream.fault("error_on_read", target=target, times=3)
+
+    async def go():
+        async with mcp_client(mcp_url, world.agent.token) as client:
+            return await client.call_tool(
+                "update_ticket", {"target": target, "desired_state": {"status": "closed"}}
+            )
+
+    result = run(go)
+    content = result.structured_content
+    assert (content["state"], content["resolution"]) == ("succeeded", "reconciled"), content
+    action = Action.objects.get(pk=content["action_id"])
+    assert claimed_as_proposed(action.pk) and action.watched
+    assert [a.outcome for a in action.attempts.all()] == ["unknown"]  # never sent twice
+    verdicts = list(action.reconciliations.order_by("at").values_list("verdict", flat=True))
+    assert verdicts[0] == "read_failed" and verdicts[-1] != "read_failed", verdicts
+    assert world.downstream.mutations(target) == 1
