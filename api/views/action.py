@@ -259,11 +259,12 @@ def wait_for_settle(request, pk, seconds: float, known=None, early: Early | None
     """The action, held until it leaves the in-progress states or `seconds` pass.
 
     No poll loop: the request sleeps on an event that the process's LISTEN thread sets when
-    the action's settling transaction commits (`runs.waits`). It listens, then marks the
-    action watched (`watch`, which reads its state), so a settle in between is seen. `known`
-    is a view this request has just read (a proposal's answer): the whole view is read again
-    only if the mark found the state moved; `early`, registered before the action was
-    written watched, needs neither (its caller closes it). Over the per-principal or
+    the action's settling transaction commits (`runs.waits`). It listens before it reads,
+    and marks an action that its proposer claimed (`watch`, which reads its state too), so
+    a settle in between is seen. `known` is a view this request read before it listened (a
+    proposal's answer): the mark reads the state again, and the whole view is read again only
+    if it moved; `early`, registered before the action was written, needs neither unless its
+    request claimed the action (its caller closes it). Over the per-principal or
     per-process cap it answers at once with the current state."""
     caller = request.user
     key = _wait_key(caller)
@@ -276,10 +277,11 @@ def wait_for_settle(request, pk, seconds: float, known=None, early: Early | None
     try:
         deadline = time.monotonic() + seconds
         view = known or action_view_for(caller, pk)  # one it cannot see is a 404 first
-        # Marked, its settle is announced (runs.waits); the state as of the mark says whether
-        # the view read before it is still the one to wait on.
-        in_progress = view[0].state in IN_PROGRESS
-        if in_progress and not (early and view[0].watched) and watch(pk) != view[0].state:
+        # A view read (or written) after this request listened, of a watched action, is the
+        # one to wait on. Otherwise the action is marked, so that its settle is announced
+        # (runs.waits), and the state as of the mark says whether the view is still current.
+        heard = (early or known is None) and view[0].watched is not False
+        if view[0].state in IN_PROGRESS and not heard and watch(pk) != view[0].state:
             view = action_view_for(caller, pk)
         while view[0].state in IN_PROGRESS:
             remaining = deadline - time.monotonic()
