@@ -12,7 +12,7 @@ dispatch, an MCP call). That proposer waits in its own thread, so its settle tel
 unless someone else waits too. A NOTIFY is not free: PostgreSQL signals every listening
 backend (the workers' too, whatever their channel), and every web process's listener thread
 takes the GIL to read it. Measured on a 2-core machine with two web processes and two
-workers listening: about 0.27 ms of CPU per NOTIFY, against about 11 ms for a whole effect.
+workers listening: about 0.3 ms of CPU per NOTIFY, against about 11 ms for a whole effect.
 
 Anyone else who waits for such an action marks it first (`watch`): an UPDATE of its row, so
 it is ordered against the settle's UPDATE by the row lock. A settle that takes the row after
