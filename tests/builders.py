@@ -186,7 +186,11 @@ def tool(world, name="update_ticket", prefix="tickets", **options):
     return existing or world.tool(name, prefix=prefix, **options)
 
 
-def propose(world, run, tool_, target, desired, expected_version=None, key=None, reason=""):
+def propose(
+    world, run, tool_, target, desired, expected_version=None, key=None, reason="", **claim
+):
+    """A new action, proposed by the world's agent; with `claimer` and `lease` (`claim`),
+    leased to its proposer as it is written, as a request that dispatches its own does."""
     action, created, _ = action_propose(
         run=run,
         tool=tool_,
@@ -196,6 +200,7 @@ def propose(world, run, tool_, target, desired, expected_version=None, key=None,
         idempotency_key=key or f"k-{uuid.uuid4().hex}",
         reason=reason,
         actor=agent_of(world),
+        **claim,
     )
     assert created
     return action

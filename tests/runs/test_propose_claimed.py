@@ -9,13 +9,13 @@ import pytest
 from django.test import override_settings
 
 from core.audit import DISPATCHER
-from core.models import AuditEvent, Tool
+from core.models import AuditEvent
 from ledger.models import LedgerEntry
 from runs.engine.leases import expire_leases
-from runs.models import Action, Run
-from runs.propose import action_propose
+from runs.models import Action
 
-from ..builders import agent_of, claimed_as_proposed, race
+from .. import builders
+from ..builders import claimed_as_proposed, race
 from .scenarios import key, target
 
 
@@ -145,20 +145,17 @@ def test_a_request_that_dies_after_its_claim_leaves_a_lease_the_sweeper_writes_o
     """What a web process killed between its claim and its call leaves: an action
     `dispatching` under a lease, its ledger entry in flight. When the lease runs out the
     sweeper makes it unknown, to reconcile, exactly as for a worker lost mid-dispatch."""
-    world.tool("update_ticket")
-    run = Run.objects.get(pk=world.start_run()["id"])
-    action, created, _ = action_propose(
-        run=run,
-        tool=Tool.objects.get(tenant=world.tenant, name="update_ticket"),
-        target=target(),
-        desired_state={"status": "closed"},
-        expected_version=None,
-        idempotency_key=key(),
-        actor=agent_of(world),
+    expired = timedelta(seconds=-1)  # already run out: the request died long ago
+    action = builders.propose(
+        world,
+        builders.start_run(world),
+        builders.tool(world),
+        target(),
+        {"status": "closed"},
         claimer=DISPATCHER,
-        lease=timedelta(seconds=-1),  # already run out: the request died long ago
+        lease=expired,
     )
-    assert created and action.state == "dispatching"
+    assert action.state == "dispatching"
     assert LedgerEntry.objects.get(action_id=action.pk).status == "in_flight"
     assert action.pk in expire_leases()
     action.refresh_from_db()

@@ -12,34 +12,28 @@ import psycopg
 from django.db import connection, transaction
 
 from core.audit import DISPATCHER
-from core.models import Tool
-from runs.models import Action, Run
+from runs.models import Action
 from runs.moves import action_settle_dispatch
-from runs.propose import action_propose
 from runs.waits import CHANNEL, watch
 from runs.wakeup import listen_conninfo
 
-from ..builders import agent_of
+from .. import builders
 from .scenarios import key, target
 
 
 def _claimed(world) -> Action:
     """An effect proposed already leased to its proposer (as a request that waits for its
     own dispatch writes it), left `dispatching`: no call is made."""
-    if not Tool.objects.filter(tenant=world.tenant, name="update_ticket").exists():
-        world.tool("update_ticket")
-    action, created, _ = action_propose(
-        run=Run.objects.get(pk=world.start_run()["id"]),
-        tool=Tool.objects.get(tenant=world.tenant, name="update_ticket"),
-        target=target(),
-        desired_state={"status": "closed"},
-        expected_version=None,
-        idempotency_key=key(),
-        actor=agent_of(world),
+    action = builders.propose(
+        world,
+        builders.start_run(world),
+        builders.tool(world),
+        target(),
+        {"status": "closed"},
         claimer=DISPATCHER,
         lease=timedelta(minutes=5),
     )
-    assert created and action.state == "dispatching"
+    assert action.state == "dispatching"
     return action
 
 
