@@ -206,6 +206,25 @@ def propose(
     return action
 
 
+def propose_claimed(world, lease) -> Action:
+    """An effect proposed already leased to its proposer for `lease` (a timedelta), as a
+    request that waits for its own dispatch writes it, and left `dispatching`: no call."""
+    from core.audit import DISPATCHER
+
+    target = target_name()
+    action = propose(
+        world,
+        start_run(world),
+        tool(world),
+        target,
+        {"status": "closed"},
+        claimer=DISPATCHER,
+        lease=lease,
+    )
+    assert action.state == "dispatching"
+    return action
+
+
 def wait_state(action_id, states, timeout=20.0) -> Action:
     states = {states} if isinstance(states, str) else set(states)
     deadline = time.monotonic() + timeout

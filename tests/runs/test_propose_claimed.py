@@ -146,16 +146,7 @@ def test_a_request_that_dies_after_its_claim_leaves_a_lease_the_sweeper_writes_o
     `dispatching` under a lease, its ledger entry in flight. When the lease runs out the
     sweeper makes it unknown, to reconcile, exactly as for a worker lost mid-dispatch."""
     expired = timedelta(seconds=-1)  # already run out: the request died long ago
-    action = builders.propose(
-        world,
-        builders.start_run(world),
-        builders.tool(world),
-        target(),
-        {"status": "closed"},
-        claimer=DISPATCHER,
-        lease=expired,
-    )
-    assert action.state == "dispatching"
+    action = builders.propose_claimed(world, expired)
     assert LedgerEntry.objects.get(action_id=action.pk).status == "in_flight"
     assert action.pk in expire_leases()
     action.refresh_from_db()

@@ -22,19 +22,8 @@ from .scenarios import key, target
 
 
 def _claimed(world) -> Action:
-    """An effect proposed already leased to its proposer (as a request that waits for its
-    own dispatch writes it), left `dispatching`: no call is made."""
-    action = builders.propose(
-        world,
-        builders.start_run(world),
-        builders.tool(world),
-        target(),
-        {"status": "closed"},
-        claimer=DISPATCHER,
-        lease=timedelta(minutes=5),
-    )
-    assert action.state == "dispatching"
-    return action
+    """An effect its proposer claimed, still `dispatching` (no call is made)."""
+    return builders.propose_claimed(world, timedelta(minutes=5))
 
 
 def _settle(action: Action) -> bool:
