@@ -53,6 +53,12 @@ from core.perprocess import PerProcess
 from .wakeup import listen
 
 CHANNEL = "takeover_action_settled"
+# Whose settle notifies, in SQL over a row of runs_action: a watched action's (NULL reads as
+# watched). Every statement that notifies a settle filters by it.
+ANNOUNCED = "watched IS NOT FALSE"
+NOTIFY_SETTLED = f"""
+SELECT pg_notify(%s, id::text) FROM runs_action WHERE id = ANY(%s::uuid[]) AND {ANNOUNCED}
+"""  # noqa: S608 -- ANNOUNCED is a constant, not input
 
 
 def notify_settled(action_ids) -> None:
@@ -62,24 +68,20 @@ def notify_settled(action_ids) -> None:
     if not ids:
         return
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pg_notify(%s, id::text) FROM runs_action"
-            " WHERE id = ANY(%s::uuid[]) AND watched IS NOT FALSE",
-            [CHANNEL, ids],
-        )
+        cursor.execute(NOTIFY_SETTLED, [CHANNEL, ids])
 
 
 # The mark, written only if missing, and the state: the marked row's, or the watched row's as
 # the statement sees it (no row when a peer's mark landed between the two: then read again).
-WATCH = """
+WATCH = f"""
 WITH marked AS (
-    UPDATE runs_action SET watched = true WHERE id = %(id)s AND watched IS FALSE
+    UPDATE runs_action SET watched = true WHERE id = %(id)s AND NOT ({ANNOUNCED})
     RETURNING state
 )
 SELECT state FROM marked
 UNION ALL
-SELECT state FROM runs_action WHERE id = %(id)s AND watched IS NOT FALSE
-"""
+SELECT state FROM runs_action WHERE id = %(id)s AND {ANNOUNCED}
+"""  # noqa: S608 -- ANNOUNCED is a constant, not input
 STATE = "SELECT state FROM runs_action WHERE id = %(id)s"
 
 

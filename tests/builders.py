@@ -13,7 +13,7 @@ from django.contrib.auth import get_user_model
 from django.db import connections
 from rest_framework.test import APIClient
 
-from core.audit import Actor
+from core.audit import DISPATCHER, Actor
 from core.models import Role
 from core.services import operator_create, principal_create, tenant_create, tool_create
 from runs import runtime
@@ -209,14 +209,11 @@ def propose(
 def propose_claimed(world, lease) -> Action:
     """An effect proposed already leased to its proposer for `lease` (a timedelta), as a
     request that waits for its own dispatch writes it, and left `dispatching`: no call."""
-    from core.audit import DISPATCHER
-
-    target = target_name()
     action = propose(
         world,
         start_run(world),
         tool(world),
-        target,
+        target_name(),
         {"status": "closed"},
         claimer=DISPATCHER,
         lease=lease,
