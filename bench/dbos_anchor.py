@@ -32,6 +32,7 @@ def main(argv=None) -> int:
     parser.add_argument("--effects", type=int, default=2000)
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--postmaster", type=int, default=0)
+    parser.add_argument("--history", type=int, default=0)
     opts = parser.parse_args(argv)
 
     import logging
@@ -86,12 +87,21 @@ def main(argv=None) -> int:
         return [x for lat in latencies for x in lat]
 
     drive(200, f"warm-{uuid.uuid4().hex[:6]}")
+    if opts.history:  # a past, as Takeover's phase has one (bench/history.py)
+        import psycopg
+
+        from bench import history
+
+        with psycopg.connect(opts.url, autocommit=True) as conn:
+            copies = history.dbos(conn, opts.history)
+        print(f"-- a past: the warm-up's workflows copied {copies} times", flush=True)
+        drive(40, f"rewarm-{uuid.uuid4().hex[:6]}")
     prefix = f"anchor-{uuid.uuid4().hex[:6]}"
     x0, c0, t0 = xmax(opts.url), cpu(), time.monotonic()
     latencies = drive(opts.effects, prefix)
     elapsed = time.monotonic() - t0
     c1, x1 = cpu(), xmax(opts.url)
-    if len(applied) != opts.effects + 200:
+    if len(applied) != opts.effects + 200 + (40 if opts.history else 0):
         raise SystemExit(f"the anchor applied {len(applied)} effects")
     t0 = time.monotonic()
     drive(opts.effects, prefix)  # the dedup pass: the same workflow ids again

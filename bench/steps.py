@@ -6,7 +6,9 @@ this process, on one thread, against the demo downstream. Each step is timed wit
 thread's CPU clock (`time.thread_time`) around the function that does it, patched in place
 for the measurement and put back after. Without gunicorn, other clients or a profiler, the
 figures hold still enough to compare two versions of the code (tens of µs show), which
-`make bench`'s figures on a shared 2-core machine do not.
+`make bench`'s figures on a shared 2-core machine do not. With `history` (`bench_steps
+--history`, 20,000 by default), the measured effects run on a past of that many actions, as
+`make bench`'s do (bench/history.py).
 
 A step is a function looked up through a module's globals at call time: (label, module,
 attribute). A label indented by two spaces is part of the step above it; the others add up,
@@ -139,12 +141,14 @@ class InProcess:
             raise RuntimeError(f"an effect answered {status} {action}")
 
 
-def measure(effects: int, batches: int, say=print) -> list[tuple[str, float]]:
-    """`batches` batches of `effects` effects after 100 to warm up; each step's median over
-    the batches, in ms per effect, then the rest, the whole request and this connection's
-    PostgreSQL backend (when the server is on this machine)."""
+def measure(effects: int, batches: int, history: int = 0, say=print) -> list[tuple[str, float]]:
+    """`batches` batches of `effects` effects after 100 to warm up (and, with `history`, a
+    past of that many actions: bench/history.py); each step's median over the batches, in
+    ms per effect, then the rest, the whole request and this connection's PostgreSQL backend
+    (when the server is on this machine)."""
     from django.db import connection
 
+    from bench import history as past
     from bench import loadgen
     from takeover.supervisor import Supervisor
 
@@ -155,6 +159,15 @@ def measure(effects: int, batches: int, say=print) -> list[tuple[str, float]]:
         backend = _local_backend(connection)
         for i in range(100):
             here.propose(f"warm-{i}")
+        if history:
+            started = time.monotonic()
+            copies = past.takeover(connection, history)
+            say(
+                f"-- a past: the warm-up's rows copied {copies} times, then VACUUM (ANALYZE),"
+                f" in {time.monotonic() - started:.0f} s"
+            )
+            for i in range(20):
+                here.propose(f"rewarm-{i}")
         per_batch: list[dict] = []
         with timed_steps() as spent:
             for b in range(batches):

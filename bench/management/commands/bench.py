@@ -5,6 +5,12 @@ the same server), as the README's "Scaling out" section deploys it: gunicorn (2 
 threads), 2 Celery workers (threads × 8), beat, the filesystem broker (or
 ``CELERY_BROKER_URL``), and the demo downstream as a tool that never fails. No demo agent.
 
+Before its measured phases, after a warm-up, the database gets a past (``--history``,
+20,000 actions; 0 for none): the warm-up's rows copied, then ``VACUUM (ANALYZE)``, so that
+the phases run on tables and plans as a deployment that has run a while has them, not on
+tables growing from nothing without statistics (bench/history.py says what that changed).
+The DBOS anchor gets the same past of its own workflows.
+
 What it prints (bench/phases.py has the phases):
 - **pgbench TPC-B** on the same server (the wheel ships ``pgbench``), measured first, alone:
   the yardstick every other figure is divided by.
@@ -51,7 +57,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection, connections
 
-from bench import loadgen, phases, repeat
+from bench import history, loadgen, phases, repeat
 from bench.own_database import InOwnDatabase
 from bench.profile import OPTION_HELP, Profile, py_spy
 
@@ -70,9 +76,14 @@ class Command(InOwnDatabase):
         "clients": 4,
         "workers": 2,
         "pgbench_seconds": 15,
+        "history": 20_000,
         "profile": "",
     }
-    helps = {"profile": OPTION_HELP}
+    helps = {
+        "profile": OPTION_HELP,
+        "history": "actions (for the anchor, workflows) in the database before the measured "
+        "phases, as a deployment that has run a while has them (bench/history.py); 0: none",
+    }
     switches = ("skip_anchor", "skip_floor")
 
     def more_arguments(self, parser):
@@ -125,7 +136,7 @@ class Command(InOwnDatabase):
         out(f"pgbench TPC-B ({opts['pgbench_seconds']} s, 4 clients): {tps:.0f} tps")
         anchor = None
         if not opts["skip_anchor"]:
-            anchor = run_anchor(opts["effects"], opts["clients"], say=out)
+            anchor = run_anchor(opts["effects"], opts["clients"], opts["history"], say=out)
         floor_figures = None
         if not opts["skip_floor"] and opts["effects"]:
             floor_figures = run_floor(opts["effects"], opts["clients"], say=out)
@@ -137,6 +148,14 @@ class Command(InOwnDatabase):
             agent = phases.agents_for(stack, tenant, token, clients)
             out("-- warm-up: 200 effects")
             phases.effects(agent, 200, clients)
+            if opts["history"]:
+                started = time.monotonic()
+                copies = history.takeover(connection, opts["history"])
+                out(
+                    f"-- a past: the warm-up's rows copied {copies} times, then VACUUM"
+                    f" (ANALYZE), in {time.monotonic() - started:.0f} s"
+                )
+                phases.effects(agent, 40, clients)
             out(f"-- {n} effects from {clients} synchronous clients, one request each")
             profile = Profile(stack, opts["profile"]) if opts["profile"] else None
             meter = phases.Meter(stack, postmaster)
@@ -262,7 +281,7 @@ class Command(InOwnDatabase):
                 out(line)
 
 
-def run_anchor(effects: int, clients: int, say) -> dict | None:
+def run_anchor(effects: int, clients: int, history: int, say) -> dict | None:
     """bench/dbos_anchor.py in a child process, on a database of its own on this server;
     None when dbos is not installed."""
     try:
@@ -284,6 +303,8 @@ def run_anchor(effects: int, clients: int, say) -> dict | None:
             str(effects),
             "--clients",
             str(clients),
+            "--history",
+            str(history),
             "--postmaster",
             str(phases.postmaster_pid() or 0),
         ],
