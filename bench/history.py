@@ -5,8 +5,9 @@ in steady state. pgbench measures TPC-B the same way (`pgbench -i` loads, then v
 Without it the measured phase runs on tables that grow from nothing, planned with no
 statistics or with statistics taken at a few hundred rows, and PostgreSQL's plans for the
 hot statements change during the run. Seen with pg_stat_statements and auto_explain in
-`bench_steps`: after an autoanalyze at a hundred rows, the settle read runs_attempt and the
-ledger by id with sequential scans (119 buffers where 44 do); with no statistics, the
+`bench_steps`: with statistics taken at a hundred rows (as an autoanalyze early in a run
+takes them), the settle read runs_attempt and the ledger by id with sequential scans (119
+buffers where 44 do) once they held thousands; with no statistics, the
 proposal's lookup walked the whole (tenant, key) index for its key (29 buffers at 3,000
 rows, growing with the table, where 8 do).
 
