@@ -20,6 +20,7 @@ the partial indexes of open work stay as small as in steady state.
 from __future__ import annotations
 
 import math
+import time
 
 
 def _id(column: str) -> str:
@@ -89,22 +90,24 @@ def copies_for(cursor, table: str, rows: int) -> int:
     return max(0, math.ceil(rows / have) - 1) if have else 0
 
 
-def takeover(connection, actions: int) -> int:
+def takeover(connection, actions: int, say) -> int:
     """Copy the effects in Takeover's tables until runs_action holds about `actions`, in one
     transaction, then VACUUM (ANALYZE) as the tables' owner (the application's role may
-    not: PostgreSQL skips a table it may not vacuum, with a warning); the number of copies."""
+    not: PostgreSQL skips a table it may not vacuum, with a warning); `say` is told how it
+    went. The number of copies."""
     from django.db import connections, transaction
 
+    started = time.monotonic()
     with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
         copies = copies_for(cursor, "runs_action", actions)
         for table, columns in TAKEOVER:
             copy_rows(cursor, table, columns, copies)
-    owner = connections.create_connection("owner")
-    try:
-        with owner.cursor() as cursor:
-            cursor.execute("VACUUM (ANALYZE)")
-    finally:
-        owner.close()
+    with connections["owner"].cursor() as cursor:
+        cursor.execute("VACUUM (ANALYZE)")
+    say(
+        f"-- a past: the warm-up's rows copied {copies} times, then VACUUM (ANALYZE), in"
+        f" {time.monotonic() - started:.0f} s"
+    )
     return copies
 
 

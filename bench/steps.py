@@ -160,12 +160,7 @@ def measure(effects: int, batches: int, history: int = 0, say=print) -> list[tup
         for i in range(100):
             here.propose(f"warm-{i}")
         if history:
-            started = time.monotonic()
-            copies = past.takeover(connection, history)
-            say(
-                f"-- a past: the warm-up's rows copied {copies} times, then VACUUM (ANALYZE),"
-                f" in {time.monotonic() - started:.0f} s"
-            )
+            past.takeover(connection, history, say)
             for i in range(20):
                 here.propose(f"rewarm-{i}")
         per_batch: list[dict] = []

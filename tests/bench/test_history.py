@@ -64,7 +64,7 @@ def test_bench_steps_runs_on_a_past_that_keeps_every_rule(scratch, capfd):
         ) == ["success"]
         assert one(f"SELECT count(DISTINCT run_id) {copied}") == 4
         assert one("SELECT count(*) FROM runs_attempt") == 530
-        # Analyzed, by the owner: the application's role may not vacuum these tables.
+        # Every copied table analyzed.
         never = conn.execute(
             "SELECT relname FROM pg_stat_user_tables WHERE relname = ANY(%s)"
             " AND last_analyze IS NULL",
@@ -77,10 +77,7 @@ def test_dbos_tables_are_copied_with_their_workflow_ids(scratch):
     """history.dbos on tables shaped like DBOS's system tables (the anchor's own, with the
     optional `bench` extra, are checked by `make bench`): every table with a workflow_uuid,
     the parent first, so the foreign key holds."""
-    _copy_fake_dbos(recreate_database(scratch("dbostest")))
-
-
-def _copy_fake_dbos(url):
+    url = recreate_database(scratch("dbostest"))
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("CREATE SCHEMA fake")
         conn.execute(

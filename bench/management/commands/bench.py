@@ -149,12 +149,7 @@ class Command(InOwnDatabase):
             out("-- warm-up: 200 effects")
             phases.effects(agent, 200, clients)
             if opts["history"]:
-                started = time.monotonic()
-                copies = history.takeover(connection, opts["history"])
-                out(
-                    f"-- a past: the warm-up's rows copied {copies} times, then VACUUM"
-                    f" (ANALYZE), in {time.monotonic() - started:.0f} s"
-                )
+                history.takeover(connection, opts["history"], out)
                 phases.effects(agent, 40, clients)
             out(f"-- {n} effects from {clients} synchronous clients, one request each")
             profile = Profile(stack, opts["profile"]) if opts["profile"] else None
@@ -381,7 +376,8 @@ def in_own_database(
     the command prints (which still goes to this process's standard output)."""
     name = f"{connection.settings_dict['NAME']}_{suffix}"
     url = recreate_database(name)
-    env = {**os.environ, "DATABASE_URL": url}
+    # The owner's alias too: an inherited DATABASE_OWNER_URL names another database.
+    env = {**os.environ, "DATABASE_URL": url, "DATABASE_OWNER_URL": url}
     if say is not None:
         say(f"-- {command} database {name}: migrating")
     subprocess.run(

@@ -133,7 +133,9 @@ def in_kept_database(command: str, suffix: str, argv: list[str], *, say) -> None
         if not cursor.fetchone():
             say(f"Creating the bench database {name} …")
             cursor.execute(f'CREATE DATABASE "{name}"')
-    env = {**os.environ, "DATABASE_URL": database_url(owner.settings_dict, name)}
+    url = database_url(owner.settings_dict, name)
+    # The owner's alias too: an inherited DATABASE_OWNER_URL names another database.
+    env = {**os.environ, "DATABASE_URL": url, "DATABASE_OWNER_URL": url}
     manage = [sys.executable, "manage.py"]
     subprocess.run([*manage, "migrate", "--no-input", "-v0"], env=env, check=True)
     subprocess.run([*manage, command, "--inner", *argv], env=env, check=True)
