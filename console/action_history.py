@@ -122,7 +122,8 @@ def action_history(action: Action):
     """(attempts, reconciliations, audit events) of one action: three queries.
 
     Audit events are the action's own plus those of its approval request, its approval and
-    its ledger entry (found by object id, on the audit_object index).
+    its ledger entry, all of its tenant (found by tenant and object id, on the
+    audit_tenant_object_at index).
     """
     attempts = list(action.attempts.order_by("number"))
     reads = list(action.reconciliations.order_by("at", "id"))
@@ -133,7 +134,8 @@ def action_history(action: Action):
         objects |= Q(object_type="approvalrequest", object_id=str(action.approval_request_id))
     if action.approval_id:
         objects |= Q(object_type="approval", object_id=str(action.approval_id))
-    events = list(AuditEvent.objects.filter(objects).order_by("at", "id"))
+    events = AuditEvent.objects.filter(objects, tenant_id=action.tenant_id)
+    events = list(events.order_by("at", "id"))
     return attempts, reads, events
 
 

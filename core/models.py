@@ -273,9 +273,10 @@ class AuditEvent(models.Model):
     class Meta:
         indexes = [
             models.Index(fields=["tenant", "-at"], name="audit_tenant_at"),
-            models.Index(fields=["object_type", "object_id"], name="audit_object"),
-            # The audit log filtered by one object (`?object=<id>`, the console's filter):
-            # an id names no type, so it needs its own index, in the page's order.
+            # The audit log filtered by one object (`?object=<id>`, the console's filter, an
+            # action's history): an id names no type, so the index leads with the tenant and
+            # the id, in the page's order. It is the only one by object: the audit log is the
+            # most written table (four rows per effect), and every index is written per row.
             models.Index(
                 fields=["tenant", "object_id", "-at", "-id"], name="audit_tenant_object_at"
             ),
