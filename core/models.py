@@ -14,6 +14,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from .ids import new_id
+
 
 class Tenant(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -250,7 +252,7 @@ class Tool(models.Model):
 class AuditEvent(models.Model):
     """One state change: who, what, before/after, why. Append-only, enforced by triggers."""
 
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    id = models.UUIDField(primary_key=True, default=new_id, editable=False)
     # audit_tenant_at (tenant, at) indexes it: four events are written per effect
     tenant = models.ForeignKey(
         Tenant, null=True, on_delete=models.PROTECT, related_name="audit_events", db_index=False

@@ -5,10 +5,10 @@ new generation; the old entry stays as history. The partial unique index on live
 is what makes the race between twenty identical proposals produce exactly one winner.
 """
 
-import uuid
-
 from django.db import models
 from django.db.models import Q
+
+from core.ids import new_id
 
 from .states import LedgerStatus
 
@@ -16,7 +16,7 @@ __all__ = ["LedgerEntry", "LedgerStatus"]
 
 
 class LedgerEntry(models.Model):
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    id = models.UUIDField(primary_key=True, default=new_id, editable=False)
     # (tenant, key, generation) is unique, which indexes it
     tenant = models.ForeignKey(
         "core.Tenant", on_delete=models.PROTECT, related_name="+", db_index=False

@@ -8,6 +8,7 @@ import uuid
 from django.db import models
 from django.db.models import Q
 
+from core.ids import new_id
 from core.models import Tenant
 
 
@@ -55,7 +56,7 @@ class NotificationEvent(models.Model):
     caused it. At most one per (kind, subject): the time-based kinds, found by the periodic
     sweep, fire once each however many sweeps see them."""
 
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    id = models.UUIDField(primary_key=True, default=new_id, editable=False)
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
     kind = models.CharField(max_length=40)
     subject_type = models.CharField(max_length=40)

@@ -37,6 +37,7 @@ from psycopg.types.json import Jsonb
 
 from core.audit import Actor, Verb, audit
 from core.errors import StateConflict, ValidationFailed
+from core.ids import new_id
 from core.models import Membership, OperatorPreference, Role, Tenant
 from core.states import Machine
 
@@ -155,7 +156,7 @@ def emit(
     if not channels:
         return 0
     now = timezone.now()
-    event_id = uuid.uuid4()
+    event_id = new_id()
     with connection.cursor() as cursor:
         cursor.execute(
             INSERT_EVENT,
@@ -358,7 +359,7 @@ def notification_test(channel: NotificationChannel, *, actor: Actor, email: str 
         raise StateConflict(
             "Your account has no e-mail address; add one in your preferences first."
         )
-    subject = uuid.uuid4()
+    subject = new_id()
     with transaction.atomic():
         created = emit(
             tenant=channel.tenant,

@@ -8,8 +8,6 @@ table does not allow. Checked at import: every move of the action table, and eve
 tool's declaration allows, lands on a legal move of the ledger's.
 """
 
-import uuid
-
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
@@ -25,6 +23,7 @@ from core.audit import (
     request_id_var,
     verb_for_state,
 )
+from core.ids import NEW_ID_SQL, new_id
 from core.models import Principal, Tenant, Tool
 from ledger.models import LedgerStatus
 from ledger.services import ledger_set_status, ledger_set_status_many
@@ -222,7 +221,7 @@ audited AS (
     INSERT INTO core_auditevent
         (id, tenant_id, at, actor_kind, actor_name, verb, object_type, object_id,
          before, after, reason, request_id, client_request_id)
-    SELECT gen_random_uuid(), m.tenant_id, m.updated_at, %(actor_kind)s, %(actor_name)s,
+    SELECT {new_id}, m.tenant_id, m.updated_at, %(actor_kind)s, %(actor_name)s,
            %(verb)s, 'action', m.id::text, %(before)s, %(after)s, '',
            coalesce(nullif(m.request_id, ''), %(request_id)s), %(client_request_id)s
     FROM moved m
@@ -258,7 +257,12 @@ def actions_lease_dispatch(
     if (sql := _LEASE_QUEUED_FOR.get(pick)) is None:
         action, tool, principal, tenant = (rows.columns(m, alias) for m, alias in LEASED)
         sql = _LEASE_QUEUED_FOR[pick] = LEASE_QUEUED.format(
-            pick=pick, action=action, tool=tool, principal=principal, tenant=tenant
+            pick=pick,
+            action=action,
+            tool=tool,
+            principal=principal,
+            tenant=tenant,
+            new_id=NEW_ID_SQL,
         )
     params = {
         **params,
@@ -325,7 +329,7 @@ def action_settle_dispatch(
                 "resolution": fields.get("resolution", ""),
                 "failure_reason": fields.get("failure_reason", ""),
                 "ledger_status": LEDGER_STATUS_FOR[to],
-                "audit_id": uuid.uuid4(),
+                "audit_id": new_id(),
                 "actor_kind": actor.kind,
                 "actor_name": actor.name,
                 "verb": verb_for_state("action", to),
@@ -432,7 +436,7 @@ def action_settle_reconciled(
                 "declaration": _jsonb(read.get("declaration")),
                 "ledger_status": ledger_to,
                 "ledger_moves": ledger_from != ledger_to,
-                "audit_id": uuid.uuid4(),
+                "audit_id": new_id(),
                 "actor_kind": actor.kind,
                 "actor_name": actor.name,
                 "verb": verb_for_state("action", to),
