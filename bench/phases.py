@@ -185,21 +185,33 @@ def reconcile(stack, agents, count: int, clients: int, *, timeout: float = 600) 
     }
 
 
+def wal_position() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_current_wal_lsn()")
+        return cursor.fetchone()[0]
+
+
+def wal_since(position: str) -> float:
+    """Bytes of WAL the whole server wrote since `position`: every table's rows and index
+    entries, and the full page images the first change to a page after a checkpoint adds."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", [position])
+        return float(cursor.fetchone()[0])
+
+
 class Meter:
     """xids, WAL and CPU consumed between construction and `read()`."""
 
     def __init__(self, stack, postmaster: int | None):
         self.stack = stack
         self.postmaster = postmaster
-        self.xid0, self.wal0 = self._pg()
+        self.xid0, self.wal0 = self._xmax(), wal_position()
         self.cpu0 = self._cpu()
 
-    def _pg(self):
+    def _xmax(self) -> int:
         with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint, pg_current_wal_lsn()"
-            )
-            return cursor.fetchone()
+            cursor.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint")
+            return cursor.fetchone()[0]
 
     def _cpu(self) -> dict:
         groups = {}
@@ -216,10 +228,7 @@ class Meter:
         return parts
 
     def read(self) -> dict:
-        xid1, wal1 = self._pg()
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_wal_lsn_diff(%s, %s)", [wal1, self.wal0])
-            wal = float(cursor.fetchone()[0])
+        xid1, wal = self._xmax(), wal_since(self.wal0)
         cpu1 = self._cpu()
         cpu = {k: cpu1.get(k, 0) - self.cpu0.get(k, 0) for k in cpu1}
         cpu["all of the above"] = sum(cpu.values())

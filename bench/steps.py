@@ -149,7 +149,7 @@ def measure(effects: int, batches: int, history: int = 0, say=print) -> list[tup
     from django.db import connection
 
     from bench import history as past
-    from bench import loadgen
+    from bench import loadgen, phases
     from takeover.supervisor import Supervisor
 
     supervisor = Supervisor(grace=10)
@@ -168,7 +168,7 @@ def measure(effects: int, batches: int, history: int = 0, say=print) -> list[tup
             for b in range(batches):
                 spent.clear()
                 pg0 = loadgen.cpu_seconds([backend]) if backend else 0.0
-                wal0 = _wal_position(connection)
+                wal0 = phases.wal_position()
                 started = time.thread_time()
                 for i in range(effects):
                     here.propose(f"t{b}-{i}-{uuid.uuid4().hex[:6]}")
@@ -180,7 +180,7 @@ def measure(effects: int, batches: int, history: int = 0, say=print) -> list[tup
                     pg = loadgen.cpu_seconds([backend]) - pg0
                     figures["PostgreSQL (this connection's backend)"] = pg
                 per_batch.append({k: v / effects * 1000 for k, v in figures.items()})
-                wal = _wal_since(connection, wal0) / effects
+                wal = phases.wal_since(wal0) / effects
                 say(
                     f"-- batch {b + 1} of {batches}: {1000 * whole / effects:.3f} ms per effect,"
                     f" {wal / 1024:.1f} KB of WAL per effect (the whole server's)"
@@ -188,20 +188,6 @@ def measure(effects: int, batches: int, history: int = 0, say=print) -> list[tup
     finally:
         supervisor.stop([downstream])
     return [(label, statistics.median(b[label] for b in per_batch)) for label in per_batch[0]]
-
-
-def _wal_position(connection) -> str:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_current_wal_insert_lsn()")
-        return cursor.fetchone()[0]
-
-
-def _wal_since(connection, position: str) -> float:
-    """Bytes of WAL the server wrote since `position`: every table's rows and index entries,
-    and the full page images the first change to a page after a checkpoint adds."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), %s)", [position])
-        return float(cursor.fetchone()[0])
 
 
 def _local_backend(connection) -> int | None:

@@ -359,7 +359,7 @@ def notification_test(channel: NotificationChannel, *, actor: Actor, email: str 
         raise StateConflict(
             "Your account has no e-mail address; add one in your preferences first."
         )
-    subject = new_id()
+    subject = uuid.uuid4()
     with transaction.atomic():
         created = emit(
             tenant=channel.tenant,
