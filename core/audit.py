@@ -152,7 +152,7 @@ def audit(*, actor: Actor, verb: str, obj, **options) -> AuditEvent:
 def audit_many(events: list[dict]) -> None:
     """Write several audit events in one INSERT (a batch claim moves many actions at once).
     Each dict holds `audit()`'s keyword arguments."""
-    rows.insert_many(AuditEvent, [AuditEvent(**audit_fields(**e)) for e in events])
+    rows.insert_many(AuditEvent, [rows.new(AuditEvent, **audit_fields(**e)) for e in events])
 
 
 def audit_fields(

@@ -9,7 +9,7 @@ import json
 import orjson
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
-from django.db.models import Model
+from django.db.models import DateField, DateTimeField, Field, Model
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 from psycopg.types.json import Jsonb
@@ -58,16 +58,109 @@ def instance(model, values):
     return obj
 
 
+@functools.cache
+def _plan(model) -> tuple[tuple, frozenset] | None:
+    """How `new` builds the model's instances: per field, its name, its attname, its
+    relation (None for a plain field) and its default; and every name a keyword may use.
+    None for a model `new` leaves to Django (its own `__init__`, a parent model, a field
+    without a column of its own or generated, a relation over several columns)."""
+    meta = model._meta
+    if model.__init__ is not Model.__init__ or meta.parents or meta.abstract:
+        return None
+    fields, names = [], set()
+    for f in meta.fields:
+        related = f.is_relation and (f.many_to_one or f.one_to_one)
+        if f.column is None or f.generated or (related and len(f.related_fields) != 1):
+            return None
+        fields.append((f.name, f.attname, f if related else None, f.get_default))
+        names |= {f.name, f.attname}
+    return tuple(fields), frozenset(names)
+
+
+def new(model, /, **values):
+    """`model(**values)`, unsaved, as Django builds it, at about a third of the CPU (profiled:
+    building a proposal's six unsaved instances took a tenth of the web's CPU per effect,
+    most of it in `Model.__init__`'s general path and the relation descriptors' checks).
+
+    A value is set straight into the instance's `__dict__`, a related object as its key
+    plus the cached object (and, one to one, the reverse cache), a field not given takes
+    its default: what `Model.__init__` does for a fresh instance. Anything else goes to
+    Django itself, which answers it (or refuses it) as ever: a model `_plan` leaves out,
+    init signal receivers, a keyword that is no field (a property), a field given by both
+    its names, a related object of another model or from another database."""
+    plan = _plan(model)
+    if (
+        plan is None
+        or not values.keys() <= plan[1]
+        or pre_init.has_listeners(model)
+        or post_init.has_listeners(model)
+    ):
+        return model(**values)
+    obj = model.__new__(model)
+    state = obj._state = ModelState()
+    attrs, cache = obj.__dict__, state.fields_cache
+    for name, attname, relation, default in plan[0]:
+        if relation is not None and name in values:
+            value = values[name]
+            if attname in values:
+                return model(**values)
+            if value is None:
+                attrs[attname] = cache[name] = None
+                continue
+            if not isinstance(value, relation.remote_field.model._meta.concrete_model):
+                return model(**values)
+            if value._state.db is not None:
+                if state.db is None:
+                    state.db = value._state.db
+                elif state.db != value._state.db:
+                    return model(**values)
+            ((_, target),) = relation.related_fields
+            attrs[attname] = getattr(value, target.attname)
+            cache[name] = value
+            if not relation.remote_field.multiple:  # one to one: the other side knows
+                relation.remote_field.set_cached_value(value, obj)
+        elif attname in values:
+            attrs[attname] = values[attname]
+        else:
+            attrs[attname] = default()
+    return obj
+
+
 def record(obj) -> Jsonb:
     """The unsaved `obj` as one jsonb parameter, for `jsonb_populate_record(NULL::<table>,
     %s)`: an INSERT composed into a bigger statement with one parameter per row, whose
     columns PostgreSQL types from the table itself. `pre_save` runs as in `Model.save()`
     (auto_now fields take the time)."""
-    return Jsonb(_row(obj, obj._meta.concrete_fields), dumps=_dumps)
+    return Jsonb(_row(obj, _saved(type(obj))), dumps=_dumps)
 
 
-def _row(obj, fields) -> dict:
-    return {f.column: f.pre_save(obj, True) for f in fields}
+@functools.cache
+def _saved(model) -> tuple:
+    """`_row`'s fields of a model: all its concrete ones."""
+    return _columns(tuple(model._meta.concrete_fields))
+
+
+@functools.cache
+def _columns(fields: tuple) -> tuple[tuple[str, str, Field | None], ...]:
+    """Per field, its column, its attname, and the field itself when its `pre_save` does
+    more than read the attribute (an auto_now timestamp, a file)."""
+    return tuple((f.column, f.attname, None if _reads_only(f) else f) for f in fields)
+
+
+def _reads_only(field: Field) -> bool:
+    pre_save = type(field).pre_save
+    if pre_save in (DateField.pre_save, DateTimeField.pre_save):
+        return not (field.auto_now or field.auto_now_add)
+    return pre_save is Field.pre_save
+
+
+def _row(obj, columns) -> dict:
+    """The columns of `obj` (`_columns`) as `Model.save()` would write them: what each
+    field's `pre_save` answers for a new row."""
+    return {
+        column: getattr(obj, attname) if field is None else field.pre_save(obj, True)
+        for column, attname, field in columns
+    }
 
 
 class _Encoder(DjangoJSONEncoder):
@@ -110,7 +203,8 @@ def insert_many(model, objs: list) -> list:
     serial = meta.pk.get_internal_type() in {"AutoField", "BigAutoField", "SmallAutoField"}
     fields = [f for f in meta.concrete_fields if not (serial and f.primary_key)]
     names = ", ".join(f.column for f in fields)
-    rows_param = Jsonb([_row(obj, fields) for obj in objs], dumps=_dumps)
+    columns = _columns(tuple(fields))
+    rows_param = Jsonb([_row(obj, columns) for obj in objs], dumps=_dumps)
     sql = (
         f"INSERT INTO {meta.db_table} ({names}) "  # noqa: S608 -- names from the model
         f"SELECT {names} FROM jsonb_populate_recordset(NULL::{meta.db_table}, %s)"

@@ -3,6 +3,7 @@
 from django.db import connection, transaction
 from django.utils import timezone
 
+from core import rows
 from core.audit import Actor, Verb, audit
 from core.errors import StateConflict, reason_required
 from core.models import Role
@@ -83,7 +84,8 @@ def ledger_reserve_statement(*, tenant, key, fingerprint, tool, action_id):
     """The unsaved entry a reservation would create, and `RESERVE`'s parameters for it (the
     proposal runs `RESERVE` inside its own one-statement insert)."""
     now = timezone.now()
-    entry = LedgerEntry(  # a new id, and `reserved`: the model's defaults
+    entry = rows.new(  # a new id, and `reserved`: the model's defaults
+        LedgerEntry,
         tenant=tenant,
         key=key,
         fingerprint=fingerprint,

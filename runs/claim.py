@@ -99,7 +99,8 @@ def claimed(action: Action, *, claimer: Actor, lease: timedelta) -> tuple[AuditE
     now = timezone.now()
     action.state, action.lease_expires_at = ActionState.DISPATCHING, now + lease
     action.watched = False  # its claimer waits in its own thread (runs.waits)
-    event = AuditEvent(
+    event = rows.new(
+        AuditEvent,
         **audit_fields(
             actor=claimer,
             verb=verb_for_state("action", ActionState.DISPATCHING),
@@ -107,9 +108,9 @@ def claimed(action: Action, *, claimer: Actor, lease: timedelta) -> tuple[AuditE
             before={"state": ActionState.QUEUED},
             after={"state": ActionState.DISPATCHING},
             request_id=action.request_id or None,
-        )
+        ),
     )
-    return event, Attempt(action=action, number=1, started_at=now)
+    return event, rows.new(Attempt, action=action, number=1, started_at=now)
 
 
 def insert_claimed(

@@ -385,7 +385,7 @@ def read_claimed(
         **binding,
     )
     # Proposed as queued; the claim moves it to dispatching.
-    proposed = AuditEvent(**audit_fields(**_proposal_audit(action, actor=actor)))
+    proposed = rows.new(AuditEvent, **audit_fields(**_proposal_audit(action, actor=actor)))
     event, attempt = claimed(action, claimer=claimer, lease=lease)
     insert_claimed(action, attempt, {"proposed": proposed, "claimed": event}, unflushed=unflushed)
     return action, attempt
@@ -432,7 +432,8 @@ def _new_action(
         state = ActionState.AWAITING_APPROVAL
     if entry is not None:
         key, fingerprint = entry.key, entry.fingerprint
-    return Action(
+    return rows.new(
+        Action,
         **origin.action_fields(),
         id=action_id,
         tenant=run.tenant,
@@ -454,8 +455,8 @@ def _new_action(
 def _proposal_events(entry, action: Action, *, actor: Actor) -> list[AuditEvent]:
     """The ledger's reservation and the proposal, audited (unsaved)."""
     return [
-        AuditEvent(**audit_fields(**ledger_reserve_audit(entry, actor=actor))),
-        AuditEvent(**audit_fields(**_proposal_audit(action, actor=actor))),
+        rows.new(AuditEvent, **audit_fields(**ledger_reserve_audit(entry, actor=actor))),
+        rows.new(AuditEvent, **audit_fields(**_proposal_audit(action, actor=actor))),
     ]
 
 

@@ -133,7 +133,9 @@ def lease_queued(limit: int, *, only=None, actor: Actor = DISPATCHER) -> list[tu
 def _leased(row) -> tuple[Action, Attempt]:
     """An (action, attempt) pair from a row of `actions_lease_dispatch`."""
     attempt_id, action = row[1], _loaded(row[2:])
-    attempt = Attempt(pk=attempt_id, action=action, number=1, started_at=action.updated_at)
+    attempt = rows.new(
+        Attempt, id=attempt_id, action=action, number=1, started_at=action.updated_at
+    )
     attempt._state.adding, attempt._state.db = False, connection.alias
     return action, attempt
 
@@ -184,7 +186,7 @@ def _lease_presenting_approvals(ids, *, actor: Actor) -> list[tuple]:
             group, ActionState.DISPATCHING, actor=actor, lease_expires_at=now + lease
         )
     attempts = rows.insert_many(
-        Attempt, [Attempt(action=a, number=1, started_at=now) for a in moved]
+        Attempt, [rows.new(Attempt, action=a, number=1, started_at=now) for a in moved]
     )
     return list(zip(moved, attempts, strict=True))
 

@@ -6,10 +6,13 @@ import json
 import uuid
 
 import pytest
+from django.utils import timezone
 from django.utils.translation import gettext_lazy
 
 from core import rows
-from runs.models import Action
+from core.models import AuditEvent, Principal, Tenant, Tool
+from ledger.models import LedgerEntry
+from runs.models import Action, Attempt, Run
 from runs.states import ActionState
 
 
@@ -51,3 +54,77 @@ def test_an_integer_past_64_bits_is_written_too(w):
     assert response.status_code == 201, response.content
     action = Action.objects.get(pk=response.json()["id"])
     assert action.desired_state == {"n": 2**70}
+
+
+def _built(obj) -> dict:
+    """What an unsaved instance holds: each field's value (the type alone where the default
+    is a callable that answers anew each time: a new id, the time), its cached related
+    objects (by identity) and its state."""
+    values = {}
+    for f in type(obj)._meta.concrete_fields:
+        value = obj.__dict__[f.attname]
+        values[f.attname] = type(value) if f.has_default() and callable(f.default) else value
+    cached = {name: id(value) for name, value in obj._state.fields_cache.items()}
+    return {"values": values, "cached": cached, "state": (obj._state.adding, obj._state.db)}
+
+
+def test_new_builds_the_instance_django_builds(w):
+    """`rows.new(Model, **values)` holds what `Model(**values)` holds, field for field, for
+    each model a proposal writes: related objects given (cached, their key set, the one to
+    one's other side told), defaults for the rest, the database its related objects came
+    from."""
+    tenant = Tenant.objects.get(pk=w.tenant.pk)  # loaded: its database is known
+    run = Run.objects.get(pk=w.run["id"])
+    principal, tool = Principal.objects.get(pk=w.principal.pk), Tool.objects.get(tenant=tenant)
+    now = timezone.now()
+    entry = dict(tenant=tenant, key="k", fingerprint="f", tool="t", action_id=uuid.uuid4())
+    cases = [
+        (LedgerEntry, entry),
+        (LedgerEntry, {**entry, "tenant": None}),
+        (AuditEvent, dict(tenant_id=tenant.pk, at=now, verb="action.propose", after={"a": 1})),
+        (Run, dict(tenant=tenant, principal=principal, trigger="api")),
+    ]
+    for model, values in cases:
+        assert _built(rows.new(model, **values)) == _built(model(**values)), model
+    entry["id"] = uuid.uuid4()  # one entry, built twice
+    ours_entry, theirs_entry = rows.new(LedgerEntry, **entry), LedgerEntry(**entry)
+    action = dict(
+        id=uuid.uuid4(), run=run, principal=principal, tool=tool, target="t-1", state="queued"
+    )
+    ours = rows.new(Action, tenant=tenant, ledger_entry=ours_entry, **action)
+    theirs = Action(tenant=tenant, ledger_entry=theirs_entry, **action)
+    assert _built(ours) == {
+        **_built(theirs),
+        "cached": {**_built(theirs)["cached"], "ledger_entry": id(ours_entry)},
+    }
+    assert ours.ledger_entry_id == ours_entry.pk
+    # the one to one's other side (related_name="+") knows its action, as Django's does
+    assert ours_entry._state.fields_cache == {"tenant": tenant, "+": ours}
+    assert theirs_entry._state.fields_cache == {"tenant": tenant, "+": theirs}
+    attempt = rows.new(Attempt, id=7, action=ours, number=1, started_at=now)
+    assert _built(attempt) == _built(Attempt(id=7, action=ours, number=1, started_at=now))
+
+
+def test_new_leaves_to_django_what_it_does_not_build(w):
+    """A keyword that is no field, a related object of another model, a property: Django's
+    own answer, error included."""
+    with pytest.raises(TypeError, match="unexpected keyword arguments: 'nonsense'"):
+        rows.new(Attempt, number=1, nonsense=True)
+    with pytest.raises(ValueError, match=r'"Attempt.action" must be a "Action" instance'):
+        rows.new(Attempt, action=Tenant.objects.get(pk=w.tenant.pk), number=1)
+    assert rows.new(Attempt, pk=5, number=1).id == 5
+
+
+def test_a_row_is_what_save_would_write(w):
+    """`record`'s row: every column as its field's `pre_save` answers for a new row, the
+    auto_now and auto_now_add timestamps taken now."""
+    tenant = Tenant.objects.get(pk=w.tenant.pk)
+    before = timezone.now()
+    entry = rows.new(LedgerEntry, tenant=tenant, key="k", fingerprint="f", tool="t")
+    assert entry.created_at is None  # until the row is taken
+    param = rows.record(entry)
+    written = json.loads(param.dumps(param.obj))
+    assert before <= entry.created_at <= entry.updated_at <= timezone.now()
+    expected = {f.column: getattr(entry, f.attname) for f in LedgerEntry._meta.concrete_fields}
+    assert written == json.loads(rows._dumps(expected))
+    assert written["tenant_id"] == str(tenant.pk) and written["status"] == "reserved"
