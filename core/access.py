@@ -23,7 +23,7 @@ from .audit import Actor
 from .errors import PermissionDenied, ValidationFailed
 from .logs import actor_var, tenant_var
 from .models import ApiToken, Membership, Principal, Role, Tenant
-from .rows import columns, instance, width
+from .rows import columns, instance, related, width
 
 TENANT_HEADER = "X-Takeover-Tenant"
 
@@ -175,7 +175,7 @@ def operator_memberships(user_id) -> list[Membership]:
     memberships = []
     for row in rows:
         membership = instance(Membership, row[:n])
-        membership.tenant = instance(Tenant, row[n:])
+        related(membership, tenant=instance(Tenant, row[n:]))
         memberships.append(membership)
     return memberships
 
@@ -225,10 +225,9 @@ def token_of(row) -> ApiToken:
     TOKEN_WIDTH of `row`)."""
     nk, np_ = width(ApiToken), width(Principal)
     token = instance(ApiToken, row[:nk])
+    principal = None
     if row[nk] is not None:
         principal = instance(Principal, row[nk : nk + np_])
-        principal.tenant = instance(Tenant, row[nk + np_ : TOKEN_WIDTH])
-        token.principal = principal
-    else:
-        token.principal = None
+        related(principal, tenant=instance(Tenant, row[nk + np_ : TOKEN_WIDTH]))
+    related(token, principal=principal)
     return token

@@ -126,6 +126,22 @@ def new(model, /, **values):
     return obj
 
 
+def related(obj, **objects) -> None:
+    """Cache, on `obj` read by `instance`, the related objects read in the same row (each
+    under its field's name, its key already in `obj`): what `obj.<name> = value` does
+    there, without the descriptor's checks for an assignment that changes the key."""
+    cache = obj._state.fields_cache
+    for name, value in objects.items():
+        attname = obj._meta.get_field(name).attname
+        assert obj.__dict__[attname] == (None if value is None else value.pk), name
+        cache[name] = value
+
+
+def jsonb(value) -> Jsonb:
+    """A jsonb parameter written by orjson (`_dumps`), not psycopg's default `json.dumps`."""
+    return Jsonb(value, dumps=_dumps)
+
+
 def record(obj) -> Jsonb:
     """The unsaved `obj` as one jsonb parameter, for `jsonb_populate_record(NULL::<table>,
     %s)`: an INSERT composed into a bigger statement with one parameter per row, whose

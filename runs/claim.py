@@ -18,6 +18,7 @@ any worker lost mid-dispatch. An effect's statement commits the usual way, waiti
 disk: the intent is durable before any byte goes out.
 """
 
+import functools
 from datetime import timedelta
 
 from django.db import connection
@@ -87,6 +88,7 @@ SELECT entry.generation, attempt.id FROM entry, attempt
 """  # noqa: S608 -- RESERVE is a constant, not input
 
 
+@functools.cache
 def _attempt_columns() -> str:
     return ", ".join(f.column for f in Attempt._meta.concrete_fields if not f.primary_key)
 

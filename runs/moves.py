@@ -11,7 +11,6 @@ tool's declaration allows, lands on a legal move of the ledger's.
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
-from psycopg.types.json import Jsonb
 
 from core import rows
 from core.audit import (
@@ -275,8 +274,8 @@ def actions_lease_dispatch(
         "actor_kind": actor.kind,
         "actor_name": actor.name,
         "verb": verb_for_state("action", ActionState.DISPATCHING),
-        "before": Jsonb({"state": ActionState.QUEUED}),
-        "after": Jsonb({"state": ActionState.DISPATCHING}),
+        "before": rows.jsonb({"state": ActionState.QUEUED}),
+        "after": rows.jsonb({"state": ActionState.DISPATCHING}),
         "request_id": request_id_var.get(),
         "client_request_id": client_request_id_var.get(),
     }
@@ -333,8 +332,8 @@ def action_settle_dispatch(
                 "actor_kind": actor.kind,
                 "actor_name": actor.name,
                 "verb": verb_for_state("action", to),
-                "before": Jsonb({"state": ActionState.DISPATCHING}),
-                "after": Jsonb(_after(to, fields)),
+                "before": rows.jsonb({"state": ActionState.DISPATCHING}),
+                "after": rows.jsonb(_after(to, fields)),
                 "reason": reason,
                 "request_id": request_id_var.get(),
                 "client_request_id": client_request_id_var.get(),
@@ -428,10 +427,10 @@ def action_settle_reconciled(
                 "resolution": resolution,
                 "authoritative": _jsonb(read.get("authoritative")),
                 "verdict": read["verdict"],
-                "diff": Jsonb(read.get("diff", [])),
+                "diff": rows.jsonb(read.get("diff", [])),
                 "actual_version": read.get("actual_version"),
                 "detail": read.get("detail", ""),
-                "actor": Jsonb(actor.as_dict()),
+                "actor": rows.jsonb(actor.as_dict()),
                 "kind": read["kind"],
                 "declaration": _jsonb(read.get("declaration")),
                 "ledger_status": ledger_to,
@@ -440,8 +439,8 @@ def action_settle_reconciled(
                 "actor_kind": actor.kind,
                 "actor_name": actor.name,
                 "verb": verb_for_state("action", to),
-                "before": Jsonb({"state": source}),
-                "after": Jsonb(_after(to, {"resolution": resolution})),
+                "before": rows.jsonb({"state": source}),
+                "after": rows.jsonb(_after(to, {"resolution": resolution})),
                 "reason": reason,
                 "request_id": request_id_var.get(),
                 "client_request_id": client_request_id_var.get(),
@@ -457,7 +456,7 @@ def action_settle_reconciled(
 
 
 def _jsonb(value):
-    return None if value is None else Jsonb(value)
+    return None if value is None else rows.jsonb(value)
 
 
 def _after(to: str, fields: dict) -> dict:

@@ -23,7 +23,7 @@ from django.utils import timezone
 from core.access import TOKEN_COLUMNS, TOKEN_FROM, TOKEN_WHERE, TOKEN_WIDTH, token_of
 from core.models import ApiToken, Tool
 from core.plans import InConstants
-from core.rows import columns, instance, width
+from core.rows import columns, instance, related, width
 
 from .models import Action, Attempt, ForceReplayRequest, Reconciliation, Run
 from .presenters import action_resource, run_dict
@@ -181,10 +181,10 @@ def _found(row, principal) -> ProposeLookup:
     """PROPOSE_LOOKUP's row, as what it found."""
     nr, nt = width(Run), width(Tool)
     run = instance(Run, row[:nr])
-    run.tenant, run.principal = principal.tenant, principal
+    related(run, tenant=principal.tenant, principal=principal)
     tool = instance(Tool, row[nr : nr + nt]) if row[nr] is not None else None
     if tool is not None:
-        tool.tenant = principal.tenant
+        related(tool, tenant=principal.tenant)
     fingerprint = row[nr + nt]
     rest = row[nr + nt + 1 :]
     if fingerprint is None or rest[0] is None:
