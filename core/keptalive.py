@@ -30,6 +30,7 @@ package's parser was a sixth of a tool call's CPU); any other block goes to that
 from __future__ import annotations
 
 import email.parser
+import functools
 import http.client
 import re
 import select
@@ -282,7 +283,7 @@ def _exchange(pool, origin, conn, method, url, headers, content, timeout, kept: 
         conn.close()
     else:
         pool.give(origin, conn)
-    return httpx.Response(
+    response = httpx.Response(
         answer.status,
         headers=answer.getheaders(),
         content=body,
@@ -291,3 +292,15 @@ def _exchange(pool, origin, conn, method, url, headers, content, timeout, kept: 
             "reason_phrase": answer.reason.encode("latin-1", "replace"),
         },
     )
+    response.encoding = _encoding_of(response.headers.get("content-type"))
+    return response
+
+
+@functools.lru_cache(maxsize=256)
+def _encoding_of(content_type: str | None) -> str:
+    """What httpx makes `Response.encoding` of this Content-Type (its charset when Python
+    knows it, else UTF-8), worked out by httpx once per distinct header: httpx parses the
+    header with the email package for every answer it decodes (profiled: a fortieth of an
+    effect's CPU in the web, for the snippet of the answer an attempt keeps)."""
+    headers = {} if content_type is None else {"content-type": content_type}
+    return httpx.Response(200, headers=headers).encoding

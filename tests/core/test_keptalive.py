@@ -270,3 +270,46 @@ def test_an_answer_is_framed_by_its_headers_chunked_or_not():
         empty = call(f"{base}/empty")
         assert (empty.status_code, empty.content, empty.headers["x-nothing"]) == (204, b"", "1")
         assert call(f"{base}/chunked").json() == {"a": 1}  # the kept connection still frames
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        None,
+        "application/json",
+        "text/plain; charset=iso-8859-1",
+        'text/plain; charset="UTF-16"',
+        "text/plain; charset=no-such-codec",
+        "text/plain; charset=latin-1; charset=utf-8",
+    ],
+)
+def test_an_answer_s_text_is_decoded_as_httpx_decodes_it(content_type):
+    """Through the real client and server: the answer's encoding (worked out once per
+    Content-Type, `keptalive._encoding_of`) and text are httpx's own for the same answer."""
+    codec = {"iso-8859-1": "latin-1", '"UTF-16"': "utf-16"}.get(
+        (content_type or "").rpartition("charset=")[2], "utf-8"
+    )
+    body = "café ☃ – done".encode(codec, errors="replace")
+
+    class Answer(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            self.send_response(200)
+            if content_type is not None:
+                self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    with serving(Answer) as base:
+        ours = call(f"{base}/answer", reuse=False)
+        with httpx.Client() as client:
+            theirs = client.post(f"{base}/answer", content=b"{}")
+    assert ours.headers.get("content-type") == theirs.headers.get("content-type")
+    assert (ours.encoding, ours.text) == (theirs.encoding, theirs.text)
+    assert ours.text == theirs.text != ""
