@@ -8,7 +8,7 @@ import json
 
 import orjson
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, router
 from django.db.models import DateField, DateTimeField, Field, Model
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
@@ -63,9 +63,10 @@ def _plan(model) -> tuple[tuple, frozenset] | None:
     """How `new` builds the model's instances: per field, its name, its attname, its
     relation (None for a plain field) and its default; and every name a keyword may use.
     None for a model `new` leaves to Django (its own `__init__`, a parent model, a field
-    without a column of its own or generated, a relation over several columns)."""
+    without a column of its own or generated, a relation over several columns), and for
+    every model when database routers are set (they choose a related object's database)."""
     meta = model._meta
-    if model.__init__ is not Model.__init__ or meta.parents or meta.abstract:
+    if model.__init__ is not Model.__init__ or meta.parents or meta.abstract or router.routers:
         return None
     fields, names = [], set()
     for f in meta.fields:
@@ -87,7 +88,8 @@ def new(model, /, **values):
     its default: what `Model.__init__` does for a fresh instance. Anything else goes to
     Django itself, which answers it (or refuses it) as ever: a model `_plan` leaves out,
     init signal receivers, a keyword that is no field (a property), a field given by both
-    its names, a related object of another model or from another database."""
+    its names, a related object of another model or from another database. As with
+    Django's, an unsaved related object takes the new instance's database."""
     plan = _plan(model)
     if (
         plan is None
@@ -109,11 +111,14 @@ def new(model, /, **values):
                 continue
             if not isinstance(value, relation.remote_field.model._meta.concrete_model):
                 return model(**values)
-            if value._state.db is not None:
-                if state.db is None:
-                    state.db = value._state.db
-                elif state.db != value._state.db:
-                    return model(**values)
+            # The descriptor's database choice without routers: the first related object's
+            # (else the default), told to an unsaved related object too; two apart refused.
+            if state.db is None:
+                state.db = value._state.db or DEFAULT_DB_ALIAS
+            if value._state.db is None:
+                value._state.db = state.db
+            elif value._state.db != state.db:
+                return model(**values)
             ((_, target),) = relation.related_fields
             attrs[attname] = getattr(value, target.attname)
             cache[name] = value

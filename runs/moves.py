@@ -11,6 +11,7 @@ tool's declaration allows, lands on a legal move of the ledger's.
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
+from psycopg.types.json import Jsonb
 
 from core import rows
 from core.audit import (
@@ -427,7 +428,7 @@ def action_settle_reconciled(
                 "resolution": resolution,
                 "authoritative": _jsonb(read.get("authoritative")),
                 "verdict": read["verdict"],
-                "diff": rows.jsonb(read.get("diff", [])),
+                "diff": Jsonb(read.get("diff", [])),
                 "actual_version": read.get("actual_version"),
                 "detail": read.get("detail", ""),
                 "actor": rows.jsonb(actor.as_dict()),
@@ -456,7 +457,9 @@ def action_settle_reconciled(
 
 
 def _jsonb(value):
-    return None if value is None else rows.jsonb(value)
+    """What a tool answered, as jsonb, written by psycopg's own `json.dumps` as before: a NaN
+    in it stays an error, where orjson (`rows.jsonb`) would quietly write null."""
+    return None if value is None else Jsonb(value)
 
 
 def _after(to: str, fields: dict) -> dict:

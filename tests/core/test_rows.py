@@ -101,6 +101,12 @@ def test_new_builds_the_instance_django_builds(w):
     # the one to one's other side (related_name="+") knows its action, as Django's does
     assert ours_entry._state.fields_cache == {"tenant": tenant, "+": ours}
     assert theirs_entry._state.fields_cache == {"tenant": tenant, "+": theirs}
+    # nothing saved: the default database, told to the related object too (as Django does)
+    ours_unsaved, theirs_unsaved = Action(target="t-2"), Action(target="t-2")
+    ours_attempt = rows.new(Attempt, action=ours_unsaved, number=1)
+    theirs_attempt = Attempt(action=theirs_unsaved, number=1)
+    assert ours_attempt._state.db == theirs_attempt._state.db == "default"
+    assert ours_unsaved._state.db == theirs_unsaved._state.db == "default"
     attempt = rows.new(Attempt, id=7, action=ours, number=1, started_at=now)
     assert _built(attempt) == _built(Attempt(id=7, action=ours, number=1, started_at=now))
 
