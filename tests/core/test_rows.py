@@ -134,3 +134,16 @@ def test_a_row_is_what_save_would_write(w):
     expected = {f.column: getattr(entry, f.attname) for f in LedgerEntry._meta.concrete_fields}
     assert written == json.loads(rows._dumps(expected))
     assert written["tenant_id"] == str(tenant.pk) and written["status"] == "reserved"
+
+
+def test_related_caches_the_object_read_in_the_same_row(w, django_assert_num_queries):
+    """`rows.related`: the joined object is what the attribute answers, with no query; an
+    object whose key is not the one read is refused, not quietly cached."""
+    principal = Principal.objects.get(pk=w.principal.pk)
+    tenant = Tenant.objects.get(pk=w.tenant.pk)
+    rows.related(principal, tenant=tenant)
+    with django_assert_num_queries(0):
+        assert principal.tenant is tenant
+    with pytest.raises(AssertionError):
+        rows.related(principal, tenant=Tenant.objects.get(pk=w.other_tenant.pk))
+    assert principal.tenant is tenant
