@@ -152,20 +152,22 @@ def record(obj) -> Jsonb:
     %s)`: an INSERT composed into a bigger statement with one parameter per row, whose
     columns PostgreSQL types from the table itself. `pre_save` runs as in `Model.save()`
     (auto_now fields take the time)."""
-    return Jsonb(_row(obj, _saved(type(obj))), dumps=_dumps)
+    return jsonb(_row(obj, _columns(type(obj))))
 
 
 @functools.cache
-def _saved(model) -> tuple:
-    """`_row`'s fields of a model: all its concrete ones."""
-    return _columns(tuple(model._meta.concrete_fields))
-
-
-@functools.cache
-def _columns(fields: tuple) -> tuple[tuple[str, str, Field | None], ...]:
-    """Per field, its column, its attname, and the field itself when its `pre_save` does
-    more than read the attribute (an auto_now timestamp, a file)."""
+def _columns(model, without_serial_pk: bool = False) -> tuple[tuple[str, str, Field | None], ...]:
+    """Per concrete field of `model` (less a serial primary key, the table's to fill, when
+    asked), its column, its attname, and the field itself when its `pre_save` does more
+    than read the attribute (an auto_now timestamp, a file)."""
+    fields = model._meta.concrete_fields
+    if without_serial_pk:
+        fields = [f for f in fields if not (f.primary_key and _serial(model))]
     return tuple((f.column, f.attname, None if _reads_only(f) else f) for f in fields)
+
+
+def _serial(model) -> bool:
+    return model._meta.pk.get_internal_type() in {"AutoField", "BigAutoField", "SmallAutoField"}
 
 
 def _reads_only(field: Field) -> bool:
@@ -220,12 +222,10 @@ def insert_many(model, objs: list) -> list:
     on the objects from RETURNING, in the order given (as `bulk_create` does)."""
     if not objs:
         return objs
-    meta = model._meta
-    serial = meta.pk.get_internal_type() in {"AutoField", "BigAutoField", "SmallAutoField"}
-    fields = [f for f in meta.concrete_fields if not (serial and f.primary_key)]
-    names = ", ".join(f.column for f in fields)
-    columns = _columns(tuple(fields))
-    rows_param = Jsonb([_row(obj, columns) for obj in objs], dumps=_dumps)
+    meta, serial = model._meta, _serial(model)
+    columns = _columns(model, without_serial_pk=True)
+    names = ", ".join(column for column, _, _ in columns)
+    rows_param = jsonb([_row(obj, columns) for obj in objs])
     sql = (
         f"INSERT INTO {meta.db_table} ({names}) "  # noqa: S608 -- names from the model
         f"SELECT {names} FROM jsonb_populate_recordset(NULL::{meta.db_table}, %s)"
