@@ -94,10 +94,23 @@ def fuzz_world(django_db_setup, django_db_blocker):
 def test_no_input_makes_a_server_error(case, fuzz_world, live_db):
     persona = getattr(fuzz_world, next(PERSONAS))
     refer_to_what_exists(case, persona)
+    send_blank_form_fields(case)
     case.call_and_validate(headers={"Authorization": f"Bearer {persona.token}"}, checks=CHECKS)
 
 
 EXISTING = {"tool": "update_ticket", "principal": "agent", "base_url": "http://127.0.0.1:9/t"}
+
+
+def send_blank_form_fields(case):
+    """werkzeug's multipart encoder, which schemathesis sends forms with, writes an empty
+    field without the line break that ends it, so the server's parser never sees the field:
+    a case for a blank `session_id` reached the server as one without it, rightly accepted
+    (201), and failed `negative_data_rejection`. A blank field goes as one space instead,
+    which is blank to the API as well (its text fields trim)."""
+    if case.media_type == "multipart/form-data" and isinstance(case.body, dict):
+        for field, value in case.body.items():
+            if value == "":
+                case.body[field] = " "
 
 
 def refer_to_what_exists(case, persona):
