@@ -112,7 +112,7 @@ def claimed(action: Action, *, claimer: Actor, lease: timedelta) -> tuple[AuditE
             request_id=action.request_id or None,
         ),
     )
-    return event, rows.new(Attempt, action=action, number=1, started_at=now)
+    return event, rows.new(Attempt, action_id=action.pk, number=1, started_at=now)
 
 
 def insert_claimed(

@@ -260,7 +260,6 @@ def _propose_queued(action_id, *, unflushed: bool = False, **proposal) -> Action
     if ledger_reserve_execute(entry, sql, params) is None:
         return None
     action._state.adding, action._state.db = False, connection.alias
-    action.ledger_entry = entry
     enqueue_dispatch(notified=True)  # the statement's pg_notify told the listening workers
     return action
 
@@ -269,16 +268,14 @@ def _propose_claimed(action_id, *, claimer: Actor, lease: timedelta, **proposal)
     """The common proposal (`_propose_queued`'s), leased at once to `claimer`, who
     dispatches it: one statement (runs/claim.py) with the ledger entry `in_flight`. None when
     the key is already live."""
-    entry, reserve, action, (reserved, proposed) = _keyed_proposal(
+    _entry, reserve, action, (reserved, proposed) = _keyed_proposal(
         action_id, status=LedgerStatus.IN_FLIGHT, **proposal
     )
     event, attempt = claimed(action, claimer=claimer, lease=lease)
     events = {"reserved": reserved, "proposed": proposed, "claimed": event}
-    if (generation := insert_claimed(action, attempt, events, reserve=reserve)) is None:
+    if insert_claimed(action, attempt, events, reserve=reserve) is None:
         return None
-    entry.generation = generation
-    entry._state.adding, entry._state.db = False, connection.alias
-    action.ledger_entry, action.claimed_attempt = entry, attempt
+    action.claimed_attempt = attempt
     return action
 
 
@@ -426,7 +423,13 @@ def _new_action(
 ) -> Action:
     """The proposal's action, unsaved, in the state it starts in (`_presented`; awaiting an
     approval when it presents none and `needs_approval`). `entry`: its ledger entry, whose
-    key and fingerprint it takes; a read has none and gives its own."""
+    key and fingerprint it takes; a read has none and gives its own.
+
+    The action holds its entry's key, not the entry: Django would cache each on the other
+    (a one-to-one's back-reference), and a request that proposed would leave that cycle for
+    the cyclic collector, whose pauses, every few seconds under load, were the propose
+    latency's tail. The same goes for the claimed attempt (runs/claim.py), which holds its
+    action's key."""
     state, block_reason = _presented(run, approval_id, binding)
     if approval_id is None and needs_approval:
         state = ActionState.AWAITING_APPROVAL
@@ -440,7 +443,7 @@ def _new_action(
         run=run,
         idempotency_key=key,
         fingerprint=fingerprint,
-        ledger_entry=entry,
+        ledger_entry_id=entry and entry.pk,  # the key only: see _new_action's docstring
         effect=binding["tool"].effect,
         state=state,
         block_reason=block_reason,
