@@ -426,10 +426,10 @@ def _new_action(
     key and fingerprint it takes; a read has none and gives its own.
 
     The action holds its entry's key, not the entry: Django would cache each on the other
-    (a one-to-one's back-reference), and a request that proposed would leave that cycle for
-    the cyclic collector, whose pauses, every few seconds under load, were the propose
-    latency's tail. The same goes for the claimed attempt (runs/claim.py), which holds its
-    action's key."""
+    (a one-to-one's back-reference), and every proposal would leave that cycle for the
+    cyclic collector, whose pauses, every few seconds under load, stop every request of the
+    web process (tests/takeover/test_collector.py). The same goes for the claimed attempt
+    (runs/claim.py), which holds its action's key."""
     state, block_reason = _presented(run, approval_id, binding)
     if approval_id is None and needs_approval:
         state = ActionState.AWAITING_APPROVAL
