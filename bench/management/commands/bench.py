@@ -152,7 +152,8 @@ class Command(InOwnDatabase):
                 history.takeover(connection, opts["history"], out)
                 phases.effects(agent, 40, clients)
             out(f"-- {n} effects from {clients} synchronous clients, one request each")
-            profile = Profile(stack, opts["profile"]) if opts["profile"] else None
+            folder = opts["profile"]
+            profile = Profile(stack, Path(folder, "one-request")) if folder else None
             meter = phases.Meter(stack, postmaster)
             with loadgen.DepthWatch(stack) as depth, profile or nullcontext():
                 t0 = time.monotonic()
@@ -161,9 +162,13 @@ class Command(InOwnDatabase):
             costs = meter.read()
             hand = phases.handoffs(keys)
             out(f"-- {n} effects, propose then wait: two requests each")
-            t0 = time.monotonic()
-            _, latencies, whole_two = phases.effects(agent, n, clients, one_request=False)
-            eps_two = n / (time.monotonic() - t0)
+            profile_two = Profile(stack, Path(folder, "two-requests")) if folder else None
+            meter = phases.Meter(stack, postmaster)
+            with profile_two or nullcontext():
+                t0 = time.monotonic()
+                _, latencies, whole_two = phases.effects(agent, n, clients, one_request=False)
+                eps_two = n / (time.monotonic() - t0)
+            costs_two = meter.read()
             out("-- ledger hits")
             t0 = time.monotonic()
             hit_latencies = phases.hits(agent, keys, clients, opts["hits"])
@@ -193,6 +198,8 @@ class Command(InOwnDatabase):
                 ("effects/s, two requests each", f"{eps_two:,.1f}", f"{eps_two / tps:.3f} × TPC-B"),
                 ("  propose latency p50 / p99", p50_99(latencies), ""),
                 ("  effect latency, two requests, p50 / p99", p50_99(whole_two), ""),
+                ("  write tx per effect, two requests", f"{costs_two['xids'] / n:.2f}", ""),
+                *cpu_rows(costs_two, n, "  CPU per effect, two requests"),
                 ("ledger hit latency p50 / p99", p50_99(hit_latencies), ""),
                 *[(f"  {step} p50 / p99", p50_99(xs), "") for step, xs in hand.items()],
                 ("write transactions per effect", f"{costs['xids'] / n:.2f}", ""),
@@ -270,10 +277,11 @@ class Command(InOwnDatabase):
             if ratio.endswith("× TPC-B"):  # the ratio too, for `--repeat`'s medians
                 figures[f"{label.strip()} ÷ TPC-B"] = ratio.split()[0]
         out("BENCH_JSON " + json.dumps(figures))
-        if profile is not None:
-            out(f"\n-- where the CPU went in the effects phase (py-spy, {opts['profile']})")
-            for line in profile.summary(n):
-                out(line)
+        for phase, profiled in (("one request", profile), ("two requests", profile_two)):
+            if profiled is not None:
+                out(f"\n-- where the CPU went, effects in {phase} each (py-spy, {folder})")
+                for line in profiled.summary(n):
+                    out(line)
 
 
 def run_anchor(effects: int, clients: int, history: int, say) -> dict | None:
@@ -328,6 +336,14 @@ def run_floor(effects: int, clients: int, say) -> dict:
     finally:
         with psycopg.connect(admin_conninfo("postgres"), autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def cpu_rows(costs: dict, n: int, label: str) -> list:
+    """One row: the CPU per effect of all processes, each process group's beside it."""
+    cpu = {part: seconds / n * 1000 for part, seconds in costs["cpu"].items()}
+    total = cpu.pop("all of the above")
+    parts = ", ".join(f"{part.split(' (')[0]} {ms:.2f}" for part, ms in cpu.items() if ms >= 0.005)
+    return [(label, f"{total:.2f} ms", parts)]
 
 
 def floor_rows(f: dict, *, tps: float, eps: float, own_ms: float, costs: dict, n: int) -> list:
