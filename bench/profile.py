@@ -1,5 +1,6 @@
-"""`manage.py bench --profile DIR`: py-spy samples every process of the stack during the
-measured effects phase, and the bench prints where each process group spent its CPU.
+"""`manage.py bench --profile DIR`: py-spy samples every process of the stack during each
+measured effects phase (one request each, then two), and the bench prints where each process
+group spent its CPU.
 
 py-spy (`pip install py-spy`; not a dependency) attaches to each running process from
 outside (`--nonblocking`: the process is never paused), samples only the thread holding the

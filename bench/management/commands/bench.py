@@ -18,9 +18,10 @@ What it prints (bench/phases.py has the phases):
   clients over real HTTP: each proposes and awaits the outcome in one request
   (``POST .../actions?wait=30``, as the SDK's ``propose(..., wait=)``), then proposes the
   next. The figure is the latency of an effect, as a runtime that needs the outcome sees it.
-- the same again the older way, two requests per effect (the proposal answered at once,
-  then ``GET /actions/{id}?wait=``), for the **propose latency** p50/p99 while the workers
-  run, and that way's effects/s.
+- the same again with two requests per effect (the proposal answered at once, then
+  ``GET /actions/{id}?wait=``: the API's plain path, served by the workers), for the **propose
+  latency** p50/p99 while the workers run, and that way's effects/s, write transactions and
+  CPU per effect.
 - **write transactions and WAL bytes per effect**, from ``pg_current_snapshot()`` (xids
   assigned) and ``pg_current_wal_lsn()`` around that phase (server-wide: run it on a quiet
   server; the embedded one is yours alone).
