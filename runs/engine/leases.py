@@ -99,11 +99,12 @@ def _due(state: str, limit: int, only=None, now=None) -> tuple[str, dict]:
     if state == ActionState.UNKNOWN:
         due, order = "AND a.next_reconcile_at <= %(now)s", "next_reconcile_at"
     params = {"state": state, "limit": limit, "now": now}
+    constant = ActionState(state).value  # in the statement's text, not a parameter
     if only is not None:
-        sql = LEASE_BY_ID.format(due=due, state=ActionState(state).value)
+        sql = LEASE_BY_ID.format(due=due, state=constant)
         params["only"] = [uuid.UUID(str(i)) for i in only]
     else:
-        sql = FAIR_LEASE.format(order=order, due=due, state=ActionState(state).value)
+        sql = FAIR_LEASE.format(order=order, due=due, state=constant)
     return sql, params
 
 

@@ -55,8 +55,6 @@ def test_the_lease_of_the_ids_a_worker_heard_is_planned_once_not_on_every_call(w
     # call: 1.6 ms of planning per effect against 0.7 of execution, in `make bench`. What
     # decides it is the statistics of a table that has run a while: nearly every action
     # settled, few in the state leased.
-    if connection.pg_version < 140000:
-        pytest.skip("pg_prepared_statements counts plans from PostgreSQL 14")
     queued = propose(world, start_run(world), tool(world), target_name(), {"status": "open"})
     with connections["owner"].cursor() as cursor:
         cursor.execute(
